@@ -1,0 +1,180 @@
+#include "bench_attention.h"
+
+#include <cstdio>
+#include <set>
+
+#include "cli_parse.h"
+#include "hydragen/error.h"
+
+namespace hydragen::bench {
+
+namespace {
+
+const std::set<std::string> kModes = {"hydragen", "hydragen-root", "paged", "dense"};
+
+std::int64_t kv_token_bytes(const AttentionPoint& p, double element_bytes) {
+  return static_cast<std::int64_t>(2 * p.kv_heads * p.head_dim * element_bytes);  // K and V
+}
+
+// Tokens of K/V a mode keeps in memory; for paged and dense also the tokens it reads.
+double kv_tokens(const AttentionPoint& p, const std::string& mode, bool held) {
+  const double b = static_cast<double>(p.batch);
+  const double context = static_cast<double>(p.prefix + p.level2 + p.suffix);
+  if (mode == "hydragen" || (mode == "paged" && held)) {
+    return static_cast<double>(p.prefix + p.groups * p.level2) + b * p.suffix;
+  }
+  if (mode == "hydragen-root") return static_cast<double>(p.prefix) + b * (p.level2 + p.suffix);
+  return b * context;  // paged reads, dense holds and reads: the whole context per sequence
+}
+
+std::vector<AttentionPoint> sweep_points(const BenchAttentionOptions& o) {
+  const auto batches = cli::parse_count_list(o.batch, "--batch");
+  const auto prefixes = cli::parse_count_list(o.prefix, "--prefix");
+  const auto suffixes = cli::parse_count_list(o.suffix, "--suffix");
+  cli::TwoLevelShape two_level;
+  if (!o.two_level.empty()) two_level = cli::parse_two_level(o.two_level, "--two-level");
+  HG_CHECK(o.heads >= 1 && o.kv_heads >= 1 && o.heads % o.kv_heads == 0,
+           "--heads must be a positive multiple of --kv-heads, got --heads ", o.heads,
+           " --kv-heads ", o.kv_heads);
+  HG_CHECK(o.head_dim >= 1, "--head-dim must be positive, got ", o.head_dim);
+  HG_CHECK(o.query_tokens >= 1, "--query-tokens must be at least 1, got ", o.query_tokens);
+  std::vector<AttentionPoint> points;
+  for (std::int64_t suffix : suffixes) {
+    HG_CHECK(suffix >= o.query_tokens, "--suffix: every suffix must hold the ", o.query_tokens,
+             " query tokens (--query-tokens), got ", suffix);
+    for (std::int64_t prefix : prefixes) {
+      for (std::int64_t batch : batches) {
+        HG_CHECK(batch >= 1, "--batch: every batch must be at least 1, got ", batch);
+        HG_CHECK(two_level.groups == 0 || batch % two_level.groups == 0, "--batch: ", batch,
+                 " is not a multiple of the ", two_level.groups, " groups of --two-level");
+        points.push_back({batch, prefix, suffix, o.query_tokens, o.heads, o.kv_heads, o.head_dim,
+                          two_level.groups, two_level.level2_tokens});
+      }
+    }
+  }
+  return points;
+}
+
+std::vector<std::string> checked_modes(const BenchAttentionOptions& o) {
+  std::vector<std::string> modes = cli::parse_word_list(o.modes, "--modes");
+  for (const std::string& mode : modes) {
+    HG_CHECK(kModes.count(mode), "--modes: unknown mode '", mode,
+             "', expected hydragen, hydragen-root, paged or dense");
+    HG_CHECK(mode != "hydragen-root" || !o.two_level.empty(),
+             "--modes: hydragen-root (share only the root) needs --two-level GROUPS:LEVEL2");
+  }
+  return modes;
+}
+
+void print_ceilings(const Ceilings& c, const DisplayUnits& units) {
+  std::printf("device: %s\n", c.device.c_str());
+  std::printf("peak compute: %.2f %s (%s)\n", c.peak_flops_per_s / units.rate_scale,
+              units.flops_label, c.peak_flops_source.c_str());
+  std::printf("bandwidth:    %.2f %s (%s)\n\n", c.bandwidth_bytes_per_s / units.rate_scale,
+              units.bytes_label, c.bandwidth_source.c_str());
+}
+
+}  // namespace
+
+double attention_useful_flops(const AttentionPoint& p) {
+  const double t = static_cast<double>(p.query_tokens);
+  const double context = static_cast<double>(p.prefix + p.level2 + p.suffix);
+  const double keys_per_sequence = t * context - t * (t - 1) / 2;  // causal among the T queries
+  return 4.0 * p.heads * p.head_dim * keys_per_sequence * p.batch;
+}
+
+double attention_min_bytes(const AttentionPoint& p, const std::string& mode, double element_bytes) {
+  const double rows = static_cast<double>(p.batch * p.query_tokens);
+  const double q_bytes = rows * p.heads * p.head_dim * element_bytes;
+  const double o_bytes = rows * p.heads * (p.head_dim + 1) * 4.0;  // f32 o and lse
+  return kv_tokens(p, mode, false) * kv_token_bytes(p, element_bytes) + q_bytes + o_bytes;
+}
+
+double attention_kv_bytes_held(const AttentionPoint& p, const std::string& mode,
+                               double element_bytes) {
+  return kv_tokens(p, mode, true) * kv_token_bytes(p, element_bytes);
+}
+
+void run_bench_attention(const BenchAttentionOptions& options) {
+  HG_CHECK(options.device == "cpu" || options.device == "cuda",
+           "--device: expected cpu or cuda, got '", options.device, "'");
+  const std::vector<std::string> modes = checked_modes(options);
+  const std::vector<AttentionPoint> points = sweep_points(options);
+  std::unique_ptr<AttentionBench> backend = options.device == "cpu"
+                                                ? make_cpu_attention_bench(options)
+                                                : make_cuda_attention_bench(options);
+  const Ceilings ceilings = backend->ceilings();
+  print_ceilings(ceilings, backend->units());
+  nlohmann::json settings = backend->settings();
+  settings["modes"] = modes;
+  settings["repeats"] = options.repeats;
+  settings["warmup"] = options.warmup;
+
+  const TablePrinter printer(backend->units(), ceilings, backend->reports_shared_ms());
+  printer.print_header();
+  std::vector<AttentionRow> all_rows;
+  for (const AttentionPoint& point : points) {
+    std::vector<AttentionRow> rows = backend->measure(point, modes);
+    finish_point(rows);
+    printer.print_rows(rows);
+    all_rows.insert(all_rows.end(), rows.begin(), rows.end());
+    // Rewritten after every point so a long sweep that is stopped keeps what it measured.
+    if (!options.json_path.empty()) {
+      write_json_file(options.json_path, report_json(ceilings, settings, all_rows));
+    }
+  }
+  if (!options.json_path.empty()) std::printf("\nwrote %s\n", options.json_path.c_str());
+}
+
+void register_bench_attention(CLI::App& bench) {
+  auto options = std::make_shared<BenchAttentionOptions>();
+  CLI::App* cmd = bench.add_subcommand(
+      "attention",
+      "Time attention over B sequences sharing a prefix: hydragen (shared prefix attended once "
+      "by all stacked queries) vs paged (prefix stored once, read per sequence) vs dense (a "
+      "copy per sequence). Prints a table and writes JSON.");
+  cmd->add_option("--device", options->device, "cpu or cuda")->capture_default_str();
+  cmd->add_option("--batch", options->batch, "Sequences, comma-separated list")->capture_default_str();
+  cmd->add_option("--prefix", options->prefix, "Shared prefix tokens, list; K = 1024")
+      ->capture_default_str();
+  cmd->add_option("--suffix", options->suffix, "Own suffix tokens per sequence, list")
+      ->capture_default_str();
+  cmd->add_option("--heads", options->heads, "Query heads Hq")->capture_default_str();
+  cmd->add_option("--kv-heads", options->kv_heads, "K/V heads Hkv (Hq a multiple of it)")
+      ->capture_default_str();
+  cmd->add_option("--head-dim", options->head_dim, "Head dimension d")->capture_default_str();
+  cmd->add_option("--modes", options->modes,
+                  "hydragen, paged, dense; hydragen-root (only with --two-level)")
+      ->capture_default_str();
+  cmd->add_option("--json", options->json_path, "Write every row, the ceilings and the device here");
+  cmd->add_option("--query-tokens", options->query_tokens, "Query tokens per sequence (causal)")
+      ->capture_default_str();
+  cmd->add_option("--repeats", options->repeats, "Timed runs per mode (median reported)")
+      ->capture_default_str();
+  cmd->add_option("--warmup", options->warmup, "Untimed runs first")->capture_default_str();
+  cmd->add_option("--point-seconds", options->point_seconds,
+                  "CPU: fewer repeats (at least 3) when one mode of a point would take longer")
+      ->capture_default_str();
+  cmd->add_option("--dtype", options->dtype, "cpu: f32|bf16|fp16 (auto: f32); cuda: bf16|fp16")
+      ->capture_default_str();
+  cmd->add_option("--page-size", options->page_size, "cuda: K/V page size in tokens (16 or 64)")
+      ->capture_default_str();
+  cmd->add_option("--memory-budget-gb", options->memory_budget_gb,
+                  "cpu: skip a mode whose K/V exceeds this (X, out of memory); 0: 75% of RAM")
+      ->capture_default_str();
+  cmd->add_option("--two-level", options->two_level,
+                  "GROUPS:LEVEL2: root prefix -> GROUPS nodes of LEVEL2 tokens -> batch/GROUPS "
+                  "sequences each (e.g. 64:2K)");
+  cmd->add_option("--seed", options->seed, "Random data seed")->capture_default_str();
+  cmd->footer(
+      "\nExamples:\n"
+      "  hydragen bench attention --batch 16,64,256 --prefix 1K,4K,16K --suffix 1,64 \\\n"
+      "      --heads 32 --kv-heads 8 --head-dim 128 --json cpu.json\n"
+      "  hydragen bench attention --device cuda --heads 8 --kv-heads 1 --batch 1024 "
+      "--prefix 32K\n"
+      "  hydragen bench attention --device cuda --two-level 64:2K --prefix 8K --suffix 64 "
+      "--batch 1024 --modes hydragen,hydragen-root,paged\n");
+  cmd->callback([options] { run_bench_attention(*options); });
+}
+
+}  // namespace hydragen::bench
