@@ -1,0 +1,206 @@
+// Builds the two work lists of an attention step from a paged sharing tree. See paged_plan.h.
+#include "attn/paged_plan.h"
+
+#include <algorithm>
+#include <climits>
+
+#include "hydragen/error.h"
+
+namespace hydragen::attn {
+namespace {
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+void validate_layout(const PagedLayout& layout) {
+  HG_CHECK(layout.page_size > 0 && layout.page_size % 16 == 0, "build_attention_plan: page_size must be a ",
+           "positive multiple of 16, got ", layout.page_size);
+  HG_CHECK(layout.kv_heads > 0 && layout.q_heads > 0 && layout.q_heads % layout.kv_heads == 0,
+           "build_attention_plan: q_heads (", layout.q_heads, ") must be a multiple of kv_heads (",
+           layout.kv_heads, ")");
+  const int n = static_cast<int>(layout.segments.size());
+  for (int i = 0; i < n; ++i) {
+    const auto& seg = layout.segments[i];
+    HG_CHECK(seg.parent == kNoParent || (seg.parent >= 0 && seg.parent < n), "build_attention_plan: segment ",
+             i, " has parent ", seg.parent, ", expected -1 or [0, ", n, ")");
+    HG_CHECK(static_cast<std::int64_t>(seg.pages.size()) == ceil_div(seg.tokens, layout.page_size),
+             "build_attention_plan: segment ", i, " has ", seg.pages.size(), " pages for ", seg.tokens,
+             " tokens, expected ", ceil_div(seg.tokens, layout.page_size));
+    int hops = 0;  // a chain longer than n segments is a cycle
+    for (int p = seg.parent; p != kNoParent; p = layout.segments[p].parent)
+      HG_CHECK(++hops <= n, "build_attention_plan: segment ", i, " is on a cycle");
+  }
+  for (std::size_t s = 0; s < layout.sequences.size(); ++s) {
+    const auto& seq = layout.sequences[s];
+    HG_CHECK(seq.parent == kNoParent || (seq.parent >= 0 && seq.parent < n), "build_attention_plan: sequence ",
+             s, " has parent ", seq.parent, ", expected -1 or [0, ", n, ")");
+    HG_CHECK(static_cast<std::int64_t>(seq.pages.size()) == ceil_div(seq.suffix_tokens, layout.page_size),
+             "build_attention_plan: sequence ", s, " has ", seq.pages.size(), " suffix pages for ",
+             seq.suffix_tokens, " tokens");
+    HG_CHECK(seq.query_tokens >= 1, "build_attention_plan: sequence ", s, " needs query_tokens >= 1");
+  }
+}
+
+// Appends the pieces of keys [0, tokens) of one page list; returns how many.
+int append_pieces(std::vector<PlanPiece>& pieces, std::int32_t page_offset, std::int64_t tokens,
+                  std::int64_t position) {
+  int count = 0;
+  for (std::int64_t b = 0; b < tokens; b += kBlockTokens, ++count)
+    pieces.push_back({page_offset, static_cast<std::int32_t>(b),
+                      static_cast<std::int32_t>(std::min<std::int64_t>(kBlockTokens, tokens - b)),
+                      static_cast<std::int32_t>(position + b)});
+  return count;
+}
+
+// Split count for a range of `tokens` keys when the base work is `base_items` items.
+int splits_for(std::int64_t tokens, std::int64_t base_items, int target_items) {
+  if (tokens <= 0 || base_items >= target_items) return 1;
+  const std::int64_t want = ceil_div(target_items, std::max<std::int64_t>(base_items, 1));
+  const std::int64_t most = std::max<std::int64_t>(1, tokens / kMinSplitTokens);
+  return static_cast<int>(std::clamp<std::int64_t>(std::min(want, most), 1, kMaxSplits));
+}
+
+}  // namespace
+
+AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions& options) {
+  validate_layout(layout);
+  const int num_segments = static_cast<int>(layout.segments.size());
+  const int num_sequences = static_cast<int>(layout.sequences.size());
+  const int hkv = layout.kv_heads, hq = layout.q_heads, groups = hq / hkv;
+  AttentionPlan plan;
+
+  // Page lists, concatenated: segments first, then suffixes.
+  std::vector<std::int32_t> seg_page_offset(num_segments), seq_page_offset(num_sequences);
+  for (int i = 0; i < num_segments; ++i) {
+    seg_page_offset[i] = static_cast<std::int32_t>(plan.pages.size());
+    plan.pages.insert(plan.pages.end(), layout.segments[i].pages.begin(), layout.segments[i].pages.end());
+  }
+  for (int s = 0; s < num_sequences; ++s) {
+    seq_page_offset[s] = static_cast<std::int32_t>(plan.pages.size());
+    plan.pages.insert(plan.pages.end(), layout.sequences[s].pages.begin(), layout.sequences[s].pages.end());
+  }
+
+  // Paths (root first), context start of each segment, readers of each segment.
+  std::vector<std::vector<int>> path(num_sequences);
+  std::vector<std::vector<int>> readers(num_segments);
+  std::vector<std::int64_t> rows_below(num_segments, 0);
+  for (int s = 0; s < num_sequences; ++s) {
+    for (int p = layout.sequences[s].parent; p != kNoParent; p = layout.segments[p].parent) path[s].push_back(p);
+    std::reverse(path[s].begin(), path[s].end());
+    for (int p : path[s]) {
+      readers[p].push_back(s);
+      rows_below[p] += std::int64_t{layout.sequences[s].query_tokens} * groups;
+    }
+  }
+  std::vector<std::int64_t> seg_position(num_segments, -1);
+  for (int s = 0; s < num_sequences; ++s) {
+    std::int64_t pos = 0;
+    for (int p : path[s]) {
+      seg_position[p] = pos;
+      pos += layout.segments[p].tokens;
+    }
+  }
+
+  // Dispatch: which segments are stacked, and into how many splits.
+  std::vector<char> stacked(num_segments, 0);
+  std::int64_t shared_base_items = 0;
+  for (int i = 0; i < num_segments; ++i) {
+    const auto& seg = layout.segments[i];
+    stacked[i] = options.mode == AttentionMode::hydragen && seg.tokens > 0 &&
+                 seg.tokens >= options.min_segment_tokens_to_stack &&
+                 static_cast<int>(readers[i].size()) >= std::max(1, options.min_sharers_to_stack);
+    if (stacked[i]) shared_base_items += hkv * ceil_div(rows_below[i], kSharedTileRows);
+  }
+  std::vector<int> seg_splits(num_segments, 0);
+  for (int i = 0; i < num_segments; ++i)
+    if (stacked[i]) seg_splits[i] = splits_for(layout.segments[i].tokens, shared_base_items, options.target_items);
+
+  // Per sequence: shared columns, own keys, suffix splits, partial-state region.
+  std::vector<int> shared_columns(num_sequences, 0), own_splits(num_sequences, 1), columns(num_sequences);
+  std::vector<std::int64_t> own_tokens(num_sequences, 0), state_base(num_sequences), query_offset(num_sequences);
+  std::vector<std::int64_t> context(num_sequences, 0);
+  std::vector<int> seg_column(num_segments, 0);
+  std::int64_t suffix_base_items = 0;
+  for (int s = 0; s < num_sequences; ++s) {
+    const auto& seq = layout.sequences[s];
+    for (int p : path[s]) {
+      context[s] += layout.segments[p].tokens;
+      if (stacked[p]) {
+        seg_column[p] = shared_columns[s];  // the same for every sequence below p
+        shared_columns[s] += seg_splits[p];
+      } else {
+        own_tokens[s] += layout.segments[p].tokens;
+      }
+    }
+    context[s] += seq.suffix_tokens;
+    own_tokens[s] += seq.suffix_tokens;
+    suffix_base_items += hkv * ceil_div(std::int64_t{seq.query_tokens} * groups, kSuffixTileRows);
+  }
+  for (int s = 0; s < num_sequences; ++s) {
+    const auto& seq = layout.sequences[s];
+    own_splits[s] = splits_for(own_tokens[s], suffix_base_items, options.target_items);
+    columns[s] = shared_columns[s] + own_splits[s];
+    plan.max_columns = std::max(plan.max_columns, columns[s]);
+    state_base[s] = plan.state_entries;
+    plan.state_entries += std::int64_t{columns[s]} * seq.query_tokens * hq;
+    query_offset[s] = plan.query_rows;
+    plan.query_rows += seq.query_tokens;
+  }
+
+  auto append_rows = [&](int s) {
+    const auto& seq = layout.sequences[s];
+    for (int t = 0; t < seq.query_tokens; ++t)
+      for (int g = 0; g < groups; ++g) {
+        const std::int64_t limit = options.causal ? context[s] - seq.query_tokens + t + 1 : INT32_MAX;
+        plan.rows.push_back({static_cast<std::int32_t>(query_offset[s] + t), g,
+                             static_cast<std::int32_t>(std::min<std::int64_t>(limit, INT32_MAX)),
+                             seq.query_tokens * hq, static_cast<std::int32_t>(state_base[s] + std::int64_t{t} * hq)});
+      }
+  };
+  // Emits items for (kv head, row tile, split) over the pieces [piece_begin, +piece_count).
+  auto emit_items = [&](std::vector<PlanItem>& items, int row_begin, std::int64_t row_count, int tile_rows,
+                        int piece_begin, int piece_count, int splits, int first_column, bool merge) {
+    const std::int64_t tiles = ceil_div(row_count, tile_rows);
+    for (int kh = 0; kh < hkv; ++kh)
+      for (std::int64_t tile = 0; tile < tiles; ++tile) {
+        const int rows = static_cast<int>(std::min<std::int64_t>(tile_rows, row_count - tile * tile_rows));
+        const int group = merge ? static_cast<int>(plan.groups.size()) : -1;
+        if (merge) plan.groups.push_back({splits, 0});
+        for (int sp = 0; sp < splits; ++sp) {
+          const int b = static_cast<int>(std::int64_t{piece_count} * sp / splits);
+          const int e = static_cast<int>(std::int64_t{piece_count} * (sp + 1) / splits);
+          items.push_back({kh, piece_begin + b, e - b, row_begin + static_cast<int>(tile) * tile_rows, rows,
+                           first_column + sp, group});
+        }
+      }
+  };
+
+  // Shared items: one stacked segment x its readers' rows.
+  for (int i = 0; i < num_segments; ++i) {
+    if (!stacked[i]) continue;
+    ++plan.stacked_segments;
+    const int row_begin = static_cast<int>(plan.rows.size());
+    for (int s : readers[i]) append_rows(s);
+    const int piece_begin = static_cast<int>(plan.pieces.size());
+    const int count = append_pieces(plan.pieces, seg_page_offset[i], layout.segments[i].tokens, seg_position[i]);
+    emit_items(plan.shared_items, row_begin, rows_below[i], kSharedTileRows, piece_begin, count, seg_splits[i],
+               seg_column[i], false);
+  }
+  // Suffix items: one sequence's folded segments and suffix x its own rows.
+  for (int s = 0; s < num_sequences; ++s) {
+    const auto& seq = layout.sequences[s];
+    const int row_begin = static_cast<int>(plan.rows.size());
+    append_rows(s);
+    const int piece_begin = static_cast<int>(plan.pieces.size());
+    int count = 0;
+    for (int p : path[s])
+      if (!stacked[p]) count += append_pieces(plan.pieces, seg_page_offset[p], layout.segments[p].tokens, seg_position[p]);
+    count += append_pieces(plan.pieces, seq_page_offset[s], seq.suffix_tokens, context[s] - seq.suffix_tokens);
+    const std::size_t first_group = plan.groups.size();
+    emit_items(plan.suffix_items, row_begin, std::int64_t{seq.query_tokens} * groups, kSuffixTileRows, piece_begin,
+               count, own_splits[s], shared_columns[s], true);
+    for (std::size_t g = first_group; g < plan.groups.size(); ++g) plan.groups[g].columns = columns[s];
+  }
+  return plan;
+}
+
+}  // namespace hydragen::attn

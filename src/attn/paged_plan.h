@@ -1,0 +1,114 @@
+// The attention plan over a paged K/V pool: small index arrays, built on the host, that
+// tell the two attention kernels what to read and where to put partial states.
+//
+// K/V live in a pool of pages [num_pages, page_size, Hkv, d]. A segment of the sharing tree
+// owns whole pages (its last page may be partly filled); so does each sequence's suffix.
+// A plan has two work lists:
+//   shared items: (a block-aligned range of one stacked segment, kv head, tile of <= 64
+//                 query rows of the sequences below) -> fp32 partial state per row
+//   suffix items: (a range of one sequence's own keys: folded segments + suffix, kv head,
+//                 tile of <= 16 of its rows) -> partial state; the last item of a merge
+//                 group merges every partial state of its rows into the final output.
+// A query "row" of a tile is (query token, g) with q head = kv_head * G + g (GQA).
+// Keys are read in pieces of <= kBlockTokens tokens; a piece never spans two segments.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "hydragen/attention.h"
+
+namespace hydragen::attn {
+
+// Keys per piece: the kernels' K/V block. Both kernels use it.
+inline constexpr int kBlockTokens = 64;
+inline constexpr int kSharedTileRows = 64;  // query rows per shared item (4 warps x 16)
+inline constexpr int kSuffixTileRows = 16;  // query rows per suffix item (one mma row tile)
+
+// Dispatch: a segment is stacked (attended once by all sequences below it) only when it is
+// read by at least kMinSharersToStack sequences and holds at least kMinSegmentTokensToStack
+// tokens; otherwise it is folded into each sequence's own read (kernel 2). Stacking a
+// segment with one reader only adds a partial state to merge; a segment shorter than a
+// block costs a launch's worth of items for no re-use. Calibrated on the H200: see
+// docs/perf-notes.md.
+inline constexpr int kMinSharersToStack = 2;
+inline constexpr std::int64_t kMinSegmentTokensToStack = 64;
+// Split-KV: keep splitting long ranges until a kernel has this many items (2 waves of
+// 132 SMs), never below kMinSplitTokens keys per split.
+inline constexpr int kTargetItems = 264;
+inline constexpr std::int64_t kMinSplitTokens = 512;
+inline constexpr int kMaxSplits = 64;
+
+// Where each segment's and each sequence's keys are, in pages of the pool.
+struct PagedLayout {
+  int page_size = 64;
+  int kv_heads = 0;
+  int q_heads = 0;
+  int head_dim = 0;
+  struct SegmentPages {
+    int parent = kNoParent;
+    std::int64_t tokens = 0;
+    std::vector<std::int32_t> pages;  // ceil(tokens / page_size) page ids
+  };
+  struct SequencePages {
+    int parent = kNoParent;
+    std::int64_t suffix_tokens = 0;
+    std::vector<std::int32_t> pages;  // the suffix's pages
+    int query_tokens = 1;
+  };
+  std::vector<SegmentPages> segments;
+  std::vector<SequencePages> sequences;
+};
+
+// Plain structs copied byte for byte to the device (int32 fields only).
+struct PlanPiece {
+  std::int32_t page_offset;  // into AttentionPlan::pages
+  std::int32_t token_begin;  // first token, counted from the first page of that list
+  std::int32_t tokens;       // 1..kBlockTokens
+  std::int32_t position;     // context position of the first token (for the causal mask)
+};
+struct PlanRow {
+  std::int32_t token;         // packed query token row (index into q's first dim)
+  std::int32_t group;         // g in [0, G)
+  std::int32_t key_limit;     // keys at context positions >= key_limit are masked
+  std::int32_t state_stride;  // partial entries between columns of this row (T*Hq)
+  std::int32_t state_base;    // partial entry of (column 0, this token, q head 0)
+};
+struct PlanItem {
+  std::int32_t kv_head;
+  std::int32_t piece_begin, piece_count;
+  std::int32_t row_begin, row_count;
+  std::int32_t column;  // which partial state of its rows it writes
+  std::int32_t group;   // suffix items: merge group; shared items: -1
+};
+struct PlanMergeGroup {
+  std::int32_t items;    // suffix items that write this group's rows
+  std::int32_t columns;  // partial states per row to merge (shared + suffix splits)
+};
+
+struct AttentionPlan {
+  std::vector<std::int32_t> pages;
+  std::vector<PlanPiece> pieces;
+  std::vector<PlanRow> rows;
+  std::vector<PlanItem> shared_items;
+  std::vector<PlanItem> suffix_items;
+  std::vector<PlanMergeGroup> groups;
+  std::int64_t state_entries = 0;  // partial (o, lse) entries, each [d] floats + 1 lse
+  std::int64_t query_rows = 0;     // packed query tokens
+  int stacked_segments = 0;
+  int max_columns = 0;
+};
+
+struct PlanOptions {
+  AttentionMode mode = AttentionMode::hydragen;  // paged and dense fold every segment
+  bool causal = true;
+  // Stacking rule (tests override these to force both paths).
+  int min_sharers_to_stack = kMinSharersToStack;
+  std::int64_t min_segment_tokens_to_stack = kMinSegmentTokensToStack;
+  int target_items = kTargetItems;
+};
+
+// Validates the layout (parents, page counts) and builds the plan.
+AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions& options = {});
+
+}  // namespace hydragen::attn

@@ -1,0 +1,80 @@
+// tree_attention() and reference_tree_attention(): validation, the plan, and the dispatch to
+// a backend by q's device.
+#include <cmath>
+
+#include "attn/input_checks.h"
+#include "attn/tree_plan.h"
+#include "backend/cpu/cpu_attention.h"
+#include "backend/cpu/head_tile.h"
+#include "hydragen/attention.h"
+#include "hydragen/error.h"
+
+#ifdef HYDRAGEN_WITH_CUDA
+#include "backend/cuda/cuda_attention.h"
+#endif
+
+namespace hydragen {
+
+namespace {
+
+// Everything tree attention needs beyond SharingTree::validate: q's shape, one device for
+// all, and, for causal attention with several query tokens, suffixes that hold the queries.
+void check_tree_inputs(const char* function, const SharingTree& tree, const Tensor& q,
+                       const TreeAttentionOptions& options) {
+  tree.validate();
+  check_scale(function, options.scale);
+  const std::int64_t kv_heads = tree.kv_heads();
+  if (kv_heads == 0) {  // no segments and no sequences: q must have no rows
+    check_attention_operand(function, "q", q, "[query_rows=0, Hq, d]");
+    HG_CHECK(q.size(0) == 0, function, ": q has shape ", q.shape_str(), ", expected [query_rows=0, Hq, d] for a tree ",
+             "without sequences");
+    return;
+  }
+  check_query_shape(function, q, tree.query_rows(), "query_rows", kv_heads, tree.head_dim());
+  const Device kv_device = tree.segments.empty() ? tree.sequences[0].k.device() : tree.segments[0].k.device();
+  HG_CHECK(q.device() == kv_device, function, ": q is on ", device_name(q.device()), " but the tree's K/V is on ",
+           device_name(kv_device), ", expected one device");
+  if (!options.causal) return;
+  for (std::size_t s = 0; s < tree.sequences.size(); ++s) {
+    const Sequence& sequence = tree.sequences[s];
+    HG_CHECK(sequence.query_tokens == 1 || sequence.k.size(0) >= sequence.query_tokens, function, ": sequence ", s,
+             " has query_tokens=", sequence.query_tokens, " but its suffix k has shape ", sequence.k.shape_str(),
+             "; causal attention expects [len >= ", sequence.query_tokens,
+             ", Hkv, d] (the queries are the suffix's last tokens)");
+  }
+}
+
+AttentionState empty_result(const Tensor& q) {
+  return AttentionState::empty(0, q.size(1), q.size(2), q.device());
+}
+
+}  // namespace
+
+AttentionState tree_attention(const SharingTree& tree, const Tensor& q, const TreeAttentionOptions& options) {
+  check_tree_inputs("tree_attention", tree, q, options);
+  if (q.size(0) == 0) return empty_result(q);
+  if (q.device() == Device::cuda) {
+#ifdef HYDRAGEN_WITH_CUDA
+    return cuda::tree_attention(tree, q, options);
+#else
+    fail("tree_attention: q is on cuda but this build has no CUDA backend");
+#endif
+  }
+  const TreePlan plan = build_tree_plan(tree);
+  return cpu::tree_attention(tree, plan, q, cpu::softmax_scale(options.scale, q.size(2)), options.causal,
+                             options.mode);
+}
+
+AttentionState reference_tree_attention(const SharingTree& tree, const Tensor& q,
+                                        const TreeAttentionOptions& options) {
+  check_tree_inputs("reference_tree_attention", tree, q, options);
+  HG_CHECK(q.device() == Device::cpu, "reference_tree_attention: q is on ", device_name(q.device()),
+           ", but the reference runs on the cpu only");
+  if (q.size(0) == 0)
+    return {Tensor::empty({0, q.size(1), q.size(2)}, DType::f64), Tensor::empty({0, q.size(1)}, DType::f64)};
+  const TreePlan plan = build_tree_plan(tree);
+  const double scale = options.scale ? *options.scale : 1.0 / std::sqrt(static_cast<double>(q.size(2)));
+  return cpu::reference_tree_attention(tree, plan, q, scale, options.causal);
+}
+
+}  // namespace hydragen
