@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <functional>
 
 #include "attention_workload.h"
@@ -22,6 +23,23 @@ DType cpu_dtype(const std::string& name) {
   if (name == "bf16") return DType::bf16;
   if (name == "fp16" || name == "f16") return DType::f16;
   fail("--dtype: the CPU takes f32, bf16 or fp16 (computed in f32), got '", name, "'");
+}
+
+// /proc/loadavg: other work on the machine skews CPU timings, so the JSON records it.
+std::string load_average() {
+  std::ifstream file("/proc/loadavg");
+  std::string line;
+  std::getline(file, line);
+  return line;
+}
+
+// The library mode each benchmark mode runs. dense runs on a tree without segments (every
+// sequence owns a copy of its context, made before timing), read per sequence: the
+// FlashAttention baseline's storage, without the copy the library's dense mode makes per call.
+AttentionMode library_mode(const std::string& mode) {
+  if (mode == "hydragen-root") return AttentionMode::hydragen;
+  if (mode == "dense") return AttentionMode::paged;
+  return parse_mode(mode);
 }
 
 class CpuAttentionBench final : public AttentionBench {
@@ -46,6 +64,7 @@ class CpuAttentionBench final : public AttentionBench {
             {"min_repeats", kMinRepeats},
             {"timer", "std::chrono::steady_clock, 128 MiB cache flush before every run"},
             {"threads", ThreadPool::global().workers()},
+            {"loadavg_at_start", load_average()},
             {"seed", options_.seed}};
   }
 
@@ -76,7 +95,7 @@ class CpuAttentionBench final : public AttentionBench {
       const SharingTree own_tree = on_shared_tree ? SharingTree{} : make_tree(workload, point, mode);
       const SharingTree& tree = on_shared_tree ? shared_tree : own_tree;
       TreeAttentionOptions attention_options;
-      attention_options.mode = mode == "hydragen-root" ? AttentionMode::hydragen : parse_mode(mode);
+      attention_options.mode = library_mode(mode);
       row.timing = time_runs([&] { (void)tree_attention(tree, workload.q, attention_options); });
       rows.push_back(row);
     }

@@ -40,7 +40,7 @@ DisplayUnits gpu_units() { return {1e12, "TFLOP/s", "TB/s"}; }
 
 std::string human_gb(double bytes) {
   char text[32];
-  std::snprintf(text, sizeof text, "%.1f GB", bytes / 1e9);
+  std::snprintf(text, sizeof text, bytes < 1e10 ? "%.2f GB" : "%.1f GB", bytes / 1e9);
   return text;
 }
 

@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Plot a `hydragen bench attention` JSON like the paper's Fig. 5: speedup over paged
+attention vs batch size, one line per prefix length, one panel per (shape, suffix).
+
+    scripts/plot_bench.py bench/results/cpu-attention-DATE.json -o docs/cpu-attention-speedup.png
+
+Solid lines: hydragen (and hydragen-root when present, dash-dot). Dotted: dense. A cross
+marks a point a mode could not run (out of memory), drawn at speedup 0 like the paper's X.
+"""
+import argparse
+import json
+import sys
+from collections import defaultdict
+
+try:
+    import matplotlib
+except ImportError:
+    sys.exit("plot_bench.py needs matplotlib: apt-get install python3-matplotlib, then run it with "
+             "/usr/bin/python3 (a pyenv/venv python may not see Debian's packages)")
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+MODE_STYLE = {"hydragen": "-", "hydragen-root": "-.", "dense": ":"}
+
+
+def tokens(n):
+    return f"{n // 1024}K" if n >= 1024 and n % 1024 == 0 else str(n)
+
+
+def shape_label(row):
+    label = f"Hq={row['heads']}, Hkv={row['kv_heads']}, d={row['head_dim']}"
+    if row.get("groups", 0):
+        label += f", two-level {row['groups']}x{tokens(row['level2'])}"
+    return label
+
+
+def load_rows(path):
+    with open(path) as f:
+        report = json.load(f)
+    return report, report["rows"]
+
+
+def panel_series(rows):
+    """{(shape, suffix): {(mode, prefix): [(batch, speedup or None)]}}"""
+    panels = defaultdict(lambda: defaultdict(list))
+    for row in rows:
+        if row["mode"] == "paged":
+            continue
+        key = (shape_label(row), row["suffix"])
+        speedup = None if row.get("skipped") else row.get("speedup_vs_paged")
+        panels[key][(row["mode"], row["prefix"])].append((row["batch"], speedup))
+    return panels
+
+
+def plot(report, rows, out_path, title):
+    panels = panel_series(rows)
+    if not panels:
+        sys.exit("no rows with a speedup over paged: run with --modes including paged")
+    shapes = sorted({k[0] for k in panels})
+    suffixes = sorted({k[1] for k in panels})
+    prefixes = sorted({p for series in panels.values() for (_, p) in series})
+    colors = {p: plt.cm.viridis(i / max(1, len(prefixes) - 1) * 0.85) for i, p in enumerate(prefixes)}
+    fig, axes = plt.subplots(len(shapes), len(suffixes), figsize=(4.6 * len(suffixes), 3.6 * len(shapes)),
+                             squeeze=False, sharex=True)
+    for r, shape in enumerate(shapes):
+        for c, suffix in enumerate(suffixes):
+            ax = axes[r][c]
+            ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+            for (mode, prefix), points in sorted(panels.get((shape, suffix), {}).items()):
+                points.sort()
+                xs = [b for b, s in points if s is not None]
+                ys = [s for b, s in points if s is not None]
+                style = MODE_STYLE.get(mode, "--")
+                label = f"{mode}, prefix {tokens(prefix)}"
+                ax.plot(xs, ys, style, marker="o", ms=4, color=colors[prefix], label=label,
+                        lw=2 if mode == "hydragen" else 1.2)
+                oom = [b for b, s in points if s is None]
+                ax.plot(oom, [0] * len(oom), "x", color=colors[prefix], ms=8, mew=2)
+            ax.set_xscale("log", base=2)
+            ax.set_title(f"{shape}\nsuffix {tokens(suffix)}", fontsize=9)
+            ax.set_ylim(bottom=0)
+            ax.grid(True, alpha=0.3)
+            if r == len(shapes) - 1:
+                ax.set_xlabel("batch (sequences sharing the prefix)")
+            if c == 0:
+                ax.set_ylabel("speedup over paged")
+    batches = sorted({row["batch"] for row in rows})
+    for ax in axes[-1]:
+        ax.set_xticks(batches)
+        ax.set_xticklabels([str(b) for b in batches])
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8, frameon=False)
+    fig.suptitle(title or f"{report.get('tool', 'bench')}: {report.get('device', '')} "
+                 f"(commit {report.get('git_commit', '?')[:8]}, {report.get('date', '')[:10]})", fontsize=10)
+    fig.tight_layout(rect=(0, 0.08, 1, 0.95))
+    fig.savefig(out_path, dpi=130)
+    print(f"wrote {out_path}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("json", help="a JSON written by `hydragen bench attention --json`")
+    parser.add_argument("-o", "--output", default=None, help="PNG path (default: the JSON's name with .png)")
+    parser.add_argument("--title", default=None)
+    args = parser.parse_args()
+    report, rows = load_rows(args.json)
+    out = args.output or args.json.rsplit(".", 1)[0] + ".png"
+    plot(report, rows, out, args.title)
+
+
+if __name__ == "__main__":
+    main()
