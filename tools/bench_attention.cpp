@@ -1,5 +1,6 @@
 #include "bench_attention.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <set>
 
@@ -27,28 +28,57 @@ double kv_tokens(const AttentionPoint& p, const std::string& mode, bool held) {
   return b * context;  // paged reads, dense holds and reads: the whole context per sequence
 }
 
+// (Hq, Hkv, d) per shape from the paired --heads, --kv-heads, --head-dim lists.
+std::vector<AttentionPoint> head_shapes(const BenchAttentionOptions& o) {
+  const auto heads = cli::parse_count_list(o.heads, "--heads");
+  const auto kv_heads = cli::parse_count_list(o.kv_heads, "--kv-heads");
+  const auto head_dims = cli::parse_count_list(o.head_dim, "--head-dim");
+  const std::size_t n = std::max({heads.size(), kv_heads.size(), head_dims.size()});
+  auto pick = [n](const std::vector<std::int64_t>& list, const char* flag, std::size_t i) {
+    HG_CHECK(list.size() == 1 || list.size() == n, flag, ": expected 1 or ", n,
+             " values (paired with the other shape flags), got ", list.size());
+    return list.size() == 1 ? list[0] : list[i];
+  };
+  std::vector<AttentionPoint> shapes(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    AttentionPoint& p = shapes[i];
+    p.heads = pick(heads, "--heads", i);
+    p.kv_heads = pick(kv_heads, "--kv-heads", i);
+    p.head_dim = pick(head_dims, "--head-dim", i);
+    HG_CHECK(p.heads >= 1 && p.kv_heads >= 1 && p.heads % p.kv_heads == 0,
+             "--heads must be a positive multiple of --kv-heads, got --heads ", p.heads,
+             " --kv-heads ", p.kv_heads);
+    HG_CHECK(p.head_dim >= 1, "--head-dim must be positive, got ", p.head_dim);
+  }
+  return shapes;
+}
+
 std::vector<AttentionPoint> sweep_points(const BenchAttentionOptions& o) {
   const auto batches = cli::parse_count_list(o.batch, "--batch");
   const auto prefixes = cli::parse_count_list(o.prefix, "--prefix");
   const auto suffixes = cli::parse_count_list(o.suffix, "--suffix");
   cli::TwoLevelShape two_level;
   if (!o.two_level.empty()) two_level = cli::parse_two_level(o.two_level, "--two-level");
-  HG_CHECK(o.heads >= 1 && o.kv_heads >= 1 && o.heads % o.kv_heads == 0,
-           "--heads must be a positive multiple of --kv-heads, got --heads ", o.heads,
-           " --kv-heads ", o.kv_heads);
-  HG_CHECK(o.head_dim >= 1, "--head-dim must be positive, got ", o.head_dim);
   HG_CHECK(o.query_tokens >= 1, "--query-tokens must be at least 1, got ", o.query_tokens);
   std::vector<AttentionPoint> points;
-  for (std::int64_t suffix : suffixes) {
-    HG_CHECK(suffix >= o.query_tokens, "--suffix: every suffix must hold the ", o.query_tokens,
-             " query tokens (--query-tokens), got ", suffix);
-    for (std::int64_t prefix : prefixes) {
-      for (std::int64_t batch : batches) {
-        HG_CHECK(batch >= 1, "--batch: every batch must be at least 1, got ", batch);
-        HG_CHECK(two_level.groups == 0 || batch % two_level.groups == 0, "--batch: ", batch,
-                 " is not a multiple of the ", two_level.groups, " groups of --two-level");
-        points.push_back({batch, prefix, suffix, o.query_tokens, o.heads, o.kv_heads, o.head_dim,
-                          two_level.groups, two_level.level2_tokens});
+  for (const AttentionPoint& shape : head_shapes(o)) {
+    for (std::int64_t suffix : suffixes) {
+      HG_CHECK(suffix >= o.query_tokens, "--suffix: every suffix must hold the ", o.query_tokens,
+               " query tokens (--query-tokens), got ", suffix);
+      for (std::int64_t prefix : prefixes) {
+        for (std::int64_t batch : batches) {
+          HG_CHECK(batch >= 1, "--batch: every batch must be at least 1, got ", batch);
+          HG_CHECK(two_level.groups == 0 || batch % two_level.groups == 0, "--batch: ", batch,
+                   " is not a multiple of the ", two_level.groups, " groups of --two-level");
+          AttentionPoint p = shape;
+          p.batch = batch;
+          p.prefix = prefix;
+          p.suffix = suffix;
+          p.query_tokens = o.query_tokens;
+          p.groups = two_level.groups;
+          p.level2 = two_level.level2_tokens;
+          points.push_back(p);
+        }
       }
     }
   }
@@ -139,10 +169,10 @@ void register_bench_attention(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--suffix", options->suffix, "Own suffix tokens per sequence, list")
       ->capture_default_str();
-  cmd->add_option("--heads", options->heads, "Query heads Hq")->capture_default_str();
-  cmd->add_option("--kv-heads", options->kv_heads, "K/V heads Hkv (Hq a multiple of it)")
+  cmd->add_option("--heads", options->heads, "Query heads Hq (list: one per shape)")->capture_default_str();
+  cmd->add_option("--kv-heads", options->kv_heads, "K/V heads Hkv, Hq a multiple of it (list: paired with --heads)")
       ->capture_default_str();
-  cmd->add_option("--head-dim", options->head_dim, "Head dimension d")->capture_default_str();
+  cmd->add_option("--head-dim", options->head_dim, "Head dimension d (list: paired with --heads)")->capture_default_str();
   cmd->add_option("--modes", options->modes,
                   "hydragen, paged, dense; hydragen-root (only with --two-level)")
       ->capture_default_str();
@@ -169,7 +199,7 @@ void register_bench_attention(CLI::App& bench) {
   cmd->footer(
       "\nExamples:\n"
       "  hydragen bench attention --batch 16,64,256 --prefix 1K,4K,16K --suffix 1,64 \\\n"
-      "      --heads 32 --kv-heads 8 --head-dim 128 --json cpu.json\n"
+      "      --heads 32,8 --kv-heads 8,1 --head-dim 128 --json cpu.json\n"
       "  hydragen bench attention --device cuda --heads 8 --kv-heads 1 --batch 1024 "
       "--prefix 32K\n"
       "  hydragen bench attention --device cuda --two-level 64:2K --prefix 8K --suffix 64 "

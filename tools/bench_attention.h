@@ -19,9 +19,11 @@ struct BenchAttentionOptions {
   std::string batch = "16,64,256";
   std::string prefix = "4K";
   std::string suffix = "1";
-  std::int64_t heads = 32;
-  std::int64_t kv_heads = 8;
-  std::int64_t head_dim = 128;
+  // Shapes: lists paired element by element (a single value serves every shape), so
+  // --heads 32,8 --kv-heads 8,1 sweeps Hq=32/Hkv=8 and Hq=8/Hkv=1.
+  std::string heads = "32";
+  std::string kv_heads = "8";
+  std::string head_dim = "128";
   std::string modes = "hydragen,paged,dense";
   std::string json_path;
   std::int64_t query_tokens = 1;
