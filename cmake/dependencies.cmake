@@ -15,6 +15,11 @@ pkg_check_modules(OPENBLAS IMPORTED_TARGET openblas)
 hydragen_require(OPENBLAS_FOUND "OpenBLAS (CPU GEMM)" libopenblas-dev)
 add_library(hydragen::blas ALIAS PkgConfig::OPENBLAS)
 
+pkg_check_modules(PCRE2 IMPORTED_TARGET libpcre2-8)
+hydragen_require(PCRE2_FOUND "PCRE2 (tokenizer pre-tokenizer regex)" libpcre2-dev)
+pkg_check_modules(SENTENCEPIECE IMPORTED_TARGET sentencepiece)
+hydragen_require(SENTENCEPIECE_FOUND "SentencePiece (tokenizer.model)" libsentencepiece-dev)
+
 find_package(nlohmann_json 3 QUIET)
 hydragen_require(nlohmann_json_FOUND "nlohmann-json" nlohmann-json3-dev)
 find_package(CLI11 QUIET)
