@@ -1,0 +1,48 @@
+// The attention state (o, lse) on the device, and its merge. Every kernel uses this header.
+//
+// A state of a query row over a key set K is o = sum_j p_j v_j / sum_j p_j and
+// lse = log sum_j exp(s_j), s_j the scaled score. The merge of states i over disjoint key sets:
+//   m = max_i lse_i,  w_i = exp(lse_i - m),  o = sum_i w_i o_i / sum_i w_i,  lse = m + log sum_i w_i.
+// An empty set is (0, -inf); when every lse is -inf the merge is (0, -inf), never NaN.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+namespace hydragen::cuda {
+
+// Partial states live in one fp32 buffer: entry e holds o[e * D .. e * D + D) and lse[e].
+struct StateBuffer {
+  float* o;
+  float* lse;
+};
+
+// Merges the n partial states first, first + stride, ... of one row, for the four o
+// elements [d, d + 4); returns the merged lse. Reads through L2: other blocks wrote them.
+__device__ __forceinline__ float merge_states_chunk(StateBuffer states, int head_dim, std::int64_t first,
+                                                    std::int64_t stride, int n, int d, float4* o) {
+  float m = -INFINITY;
+  for (int c = 0; c < n; ++c) m = fmaxf(m, __ldcg(states.lse + first + c * stride));
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (m == -INFINITY) {
+    *o = acc;
+    return -INFINITY;
+  }
+  float sum = 0.f;
+  for (int c = 0; c < n; ++c) {
+    const std::int64_t e = first + c * stride;
+    const float w = __expf(__ldcg(states.lse + e) - m);
+    if (w == 0.f) continue;  // an empty or negligible state; its o may be anything finite
+    const float4 x = __ldcg(reinterpret_cast<const float4*>(states.o + e * head_dim + d));
+    sum += w;
+    acc.x += w * x.x;
+    acc.y += w * x.y;
+    acc.z += w * x.z;
+    acc.w += w * x.w;
+  }
+  const float inv = 1.f / sum;
+  *o = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+  return m + __logf(sum);
+}
+
+}  // namespace hydragen::cuda

@@ -1,0 +1,194 @@
+// The CUDA side of `hydragen bench attention`: device ceilings (copy and bf16 GEMM rates)
+// and one timed attention point. Times with CUDA events around the step only, 256 MB
+// written between runs to flush L2, median of `repeats` after `warmup` runs.
+#include "backend/cuda/cuda_bench.h"
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "attn/paged_plan.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/paged_attention_runner.h"
+
+namespace hydragen::cuda {
+namespace {
+
+// Deterministic pseudo-random values in [-1, 1) (never zeros: zeros time differently).
+__global__ void fill_random(std::uint16_t* p, std::int64_t n, std::uint32_t seed) {
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n; i += std::int64_t{gridDim.x} * blockDim.x) {
+    std::uint32_t h = static_cast<std::uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+    const float x = (h & 0xffffff) / 8388608.f - 1.f;
+    __nv_bfloat16 b = __float2bfloat16(x);  // bf16 bits; as fp16 bits also a finite value
+    p[i] = *reinterpret_cast<std::uint16_t*>(&b);
+  }
+}
+
+void fill(void* p, std::int64_t n, std::uint32_t seed) {
+  fill_random<<<1024, 256>>>(static_cast<std::uint16_t*>(p), n, seed);
+  HG_CUDA_CHECK(cudaGetLastError());
+}
+
+struct DeviceBuffer {
+  void* p = nullptr;
+  explicit DeviceBuffer(std::size_t bytes) { HG_CUDA_CHECK(cudaMalloc(&p, std::max<std::size_t>(bytes, 16))); }
+  ~DeviceBuffer() { cudaFree(p); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+constexpr std::size_t kFlushBytes = 256u << 20;
+
+// Median/min/max of `repeats` timings of `step`, each after an L2 flush.
+template <class Step>
+AttentionBenchTiming time_step(Step&& step, int warmup, int repeats) {
+  static DeviceBuffer flush(kFlushBytes);
+  cudaEvent_t start, stop;
+  HG_CUDA_CHECK(cudaEventCreate(&start));
+  HG_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < warmup; ++i) step();
+  std::vector<double> ms;
+  for (int i = 0; i < std::max(repeats, 1); ++i) {
+    HG_CUDA_CHECK(cudaMemsetAsync(flush.p, i & 0xff, kFlushBytes));
+    HG_CUDA_CHECK(cudaEventRecord(start));
+    step();
+    HG_CUDA_CHECK(cudaEventRecord(stop));
+    HG_CUDA_CHECK(cudaEventSynchronize(stop));
+    float t = 0;
+    HG_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    ms.push_back(t);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(ms.begin(), ms.end());
+  AttentionBenchTiming timing;
+  timing.samples = static_cast<int>(ms.size());
+  timing.median_ms = ms[ms.size() / 2];
+  timing.min_ms = ms.front();
+  timing.max_ms = ms.back();
+  return timing;
+}
+
+std::vector<std::int32_t> take_pages(std::int32_t& next, std::int64_t tokens, int page_size) {
+  std::vector<std::int32_t> pages;
+  for (std::int64_t t = 0; t < tokens; t += page_size) pages.push_back(next++);
+  return pages;
+}
+
+}  // namespace
+
+bool cuda_available(std::string* why_not) {
+  int n = 0;
+  const cudaError_t status = cudaGetDeviceCount(&n);
+  if (status != cudaSuccess || n == 0) {
+    if (why_not) *why_not = status != cudaSuccess ? cudaGetErrorString(status) : "no CUDA device found";
+    cudaGetLastError();
+    return false;
+  }
+  return true;
+}
+
+DeviceCeilings measure_ceilings() {
+  DeviceCeilings c;
+  cudaDeviceProp prop{};
+  HG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  c.device_name = prop.name;
+  {  // device-to-device copy, bytes read + written
+    const std::size_t bytes = std::size_t{2} << 30;
+    DeviceBuffer a(bytes), b(bytes);
+    fill(a.p, bytes / 2, 1);
+    const AttentionBenchTiming t = time_step([&] { HG_CUDA_CHECK(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice)); }, 3, 20);
+    c.copy_tb_per_s = 2.0 * bytes / (t.median_ms * 1e-3) / 1e12;
+  }
+  {  // cuBLAS bf16 GEMM 8192^3, fp32 accumulation, random data
+    const int n = 8192;
+    DeviceBuffer a(std::size_t{2} * n * n), b(std::size_t{2} * n * n), d(std::size_t{2} * n * n);
+    fill(a.p, std::int64_t{n} * n, 2);
+    fill(b.p, std::int64_t{n} * n, 3);
+    cublasHandle_t handle;
+    HG_CHECK(cublasCreate(&handle) == CUBLAS_STATUS_SUCCESS, "measure_ceilings: cublasCreate failed");
+    const float alpha = 1, beta = 0;
+    auto gemm = [&] {
+      HG_CHECK(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.p, CUDA_R_16BF, n, b.p, CUDA_R_16BF, n,
+                            &beta, d.p, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS,
+               "measure_ceilings: cublasGemmEx failed");
+    };
+    const AttentionBenchTiming t = time_step(gemm, 3, 20);
+    c.gemm_tflops = 2.0 * n * n * double(n) / (t.median_ms * 1e-3) / 1e12;
+    cublasDestroy(handle);
+  }
+  return c;
+}
+
+AttentionBenchTiming bench_attention(const AttentionBenchCase& bc) {
+  const AttentionMode mode = parse_mode(bc.mode);
+  HG_CHECK(bc.batch > 0 && bc.query_tokens > 0 && bc.heads % bc.kv_heads == 0, "bench_attention: bad case");
+  HG_CHECK(bc.groups == 0 || bc.batch % bc.groups == 0, "bench_attention: batch must be a multiple of groups");
+  const bool dense = mode == AttentionMode::dense;
+  const bool two_level = bc.groups > 0;
+  const std::int64_t level2 = two_level ? bc.level2 : 0;
+  const std::int64_t context = bc.prefix + level2 + bc.suffix;
+  const std::int64_t token_bytes = std::int64_t{bc.kv_heads} * bc.head_dim * 2;
+
+  // Layout: root prefix -> (groups level-2 nodes) -> sequences; dense: one copy each.
+  attn::PagedLayout layout;
+  layout.page_size = bc.page_size, layout.kv_heads = bc.kv_heads, layout.q_heads = bc.heads;
+  layout.head_dim = bc.head_dim;
+  std::int32_t next_page = 0;
+  const bool fold_level2 = bc.share_root_only;
+  if (!dense) {
+    layout.segments.push_back({kNoParent, bc.prefix, take_pages(next_page, bc.prefix, bc.page_size)});
+    if (two_level && !fold_level2)
+      for (int g = 0; g < bc.groups; ++g) layout.segments.push_back({0, level2, take_pages(next_page, level2, bc.page_size)});
+  }
+  const int per_group = two_level ? bc.batch / bc.groups : bc.batch;
+  for (int b = 0; b < bc.batch; ++b) {
+    const std::int64_t own = dense ? context : bc.suffix + (fold_level2 ? level2 : 0);
+    const int parent = dense ? kNoParent : (two_level && !fold_level2 ? 1 + b / per_group : 0);
+    layout.sequences.push_back({parent, own, take_pages(next_page, own, bc.page_size), bc.query_tokens});
+  }
+  AttentionBenchTiming timing;
+  const std::int64_t pool_bytes = std::int64_t{next_page} * bc.page_size * token_bytes;
+  std::size_t free_bytes = 0, total_bytes = 0;
+  HG_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (2.0 * pool_bytes > 0.85 * double(free_bytes)) {
+    timing.skipped = true;
+    timing.skip_reason = concat("out of memory: ", bc.mode, " needs ", 2 * pool_bytes / 1000000000, " GB of K/V");
+    return timing;
+  }
+  attn::PlanOptions options;
+  options.mode = mode;
+  const attn::AttentionPlan plan = attn::build_attention_plan(layout, options);
+
+  const std::int64_t rows = std::int64_t{bc.batch} * bc.query_tokens;
+  const std::int64_t q_elems = rows * bc.heads * bc.head_dim;
+  DeviceBuffer k_pool(pool_bytes), v_pool(pool_bytes), q(q_elems * 2), out(q_elems * 2), lse(rows * bc.heads * 4);
+  fill(k_pool.p, pool_bytes / 2, 11);
+  fill(v_pool.p, pool_bytes / 2, 12);
+  fill(q.p, q_elems, 13);
+  PagedAttentionRunner runner(bc.dtype, bc.head_dim, bc.heads, bc.kv_heads, PlanCapacity::of(plan));
+  runner.upload(plan);
+  PagedAttentionArgs args;
+  args.q = q.p, args.k_pool = k_pool.p, args.v_pool = v_pool.p, args.out = out.p;
+  args.out_lse = static_cast<float*>(lse.p), args.page_size = bc.page_size;
+  timing = time_step([&] { runner.run(args); }, bc.warmup, bc.repeats);
+  if (mode == AttentionMode::hydragen && !plan.shared_items.empty())
+    timing.shared_ms = time_step([&] { runner.run(args, nullptr, true); }, bc.warmup, bc.repeats).median_ms;
+
+  timing.flops = 4.0 * rows * bc.heads * double(context) * bc.head_dim;
+  // K/V each reader must read: stacked segments once, everything else once per sequence.
+  double kv_tokens = 0;
+  if (mode == AttentionMode::hydragen) {
+    kv_tokens = double(bc.prefix) + double(bc.batch) * bc.suffix;
+    kv_tokens += two_level ? (fold_level2 ? double(bc.batch) * level2 : double(bc.groups) * level2) : 0;
+  } else {
+    kv_tokens = double(bc.batch) * context;
+  }
+  timing.bytes = 2.0 * kv_tokens * token_bytes + 2.0 * q_elems * 2;
+  return timing;
+}
+
+}  // namespace hydragen::cuda

@@ -1,0 +1,289 @@
+// The paged attention kernel: one template serves both launches of a step.
+//   shared:  WM=4, WN=1 -- 64 stacked query rows (many sequences x GQA group) per item,
+//            each warp 16 rows against the whole 64-key block (a GEMM on tensor cores);
+//   suffix:  WM=1, WN=4 -- 16 rows (one sequence's tokens x group), the 4 warps split
+//            each 64-key block (decode is memory-bound; the warps keep 4x the loads busy).
+// Per item: FlashAttention-2 loop over the item's pieces (<= 64 keys each, read through the
+// page table with cp.async into a double-buffered stage), online softmax in the exp2 domain:
+//   s = q.k * scale * log2(e);  m' = max(m, max_j s_j);  l' = l * 2^(m - m') + sum_j 2^(s_j - m');
+//   o' = o * 2^(m - m') + sum_j 2^(s_j - m') v_j;   lse = (m + log2 l) * ln 2.
+// The item's (o / l, lse) goes to its column of the partial-state buffer. Suffix items
+// count themselves into their merge group; the last one merges all of the group's columns
+// (the shared kernel's and the suffix splits') and writes the final output.
+#pragma once
+
+#include <cstdint>
+
+#include "attn/paged_plan.h"
+#include "backend/cuda/attention_state.cuh"
+#include "backend/cuda/mma.cuh"
+
+namespace hydragen::cuda {
+
+struct PagedAttentionParams {
+  const void* q;  // [query_rows, Hq, D]
+  const void* k_pool;  // [pages, page_size, Hkv, D]
+  const void* v_pool;
+  const std::int32_t* pages;
+  const attn::PlanPiece* pieces;
+  const attn::PlanRow* rows;
+  const attn::PlanItem* items;
+  const attn::PlanMergeGroup* groups;
+  const std::int32_t* item_count;  // on the device: the plan changes without relaunching
+  std::int32_t* group_arrivals;    // zero between launches; the last arrival resets it
+  StateBuffer states;
+  void* out;       // [query_rows, Hq, D]
+  float* out_lse;  // [query_rows, Hq]
+  int page_size, kv_heads, q_heads;
+  float scale_log2;
+};
+
+template <class T, int D, int WM, int WN>
+struct PagedTile {
+  static constexpr int kRows = 16 * WM;
+  static constexpr int kKeys = attn::kBlockTokens;
+  static constexpr int kKeysPerWarp = kKeys / WN;
+  static constexpr int kThreads = 32 * WM * WN;
+  static constexpr int kStride = D + 8;  // halves; 16-byte pad: conflict-free ldmatrix
+  static constexpr int kChunks = D / 8;  // 16-byte chunks per row
+  static constexpr int kQBytes = kRows * kStride * 2;
+  static constexpr int kStageBytes = 2 * 2 * kKeys * kStride * 2;  // K and V, 2 stages
+  static constexpr int kScratchBytes = (kRows * D + 2 * WN * kRows + 2 * kRows) * 4;
+  static constexpr int kSmemBytes = kQBytes + (kStageBytes > kScratchBytes ? kStageBytes : kScratchBytes);
+  static_assert(D % 16 == 0 && kKeysPerWarp % 16 == 0);
+};
+
+template <class T, int D, int WM, int WN>
+__device__ __forceinline__ void load_piece(const PagedAttentionParams& p, const attn::PlanPiece& piece, int kv_head,
+                                           T* sk, T* sv) {
+  using Tile = PagedTile<T, D, WM, WN>;
+  const T* kp = static_cast<const T*>(p.k_pool);
+  const T* vp = static_cast<const T*>(p.v_pool);
+  for (int id = threadIdx.x; id < Tile::kKeys * Tile::kChunks; id += Tile::kThreads) {
+    const int key = id / Tile::kChunks, c = id % Tile::kChunks;
+    const bool valid = key < piece.tokens;
+    std::int64_t off = 0;
+    if (valid) {
+      const int tok = piece.token_begin + key;
+      const std::int64_t page = __ldg(p.pages + piece.page_offset + tok / p.page_size);
+      off = ((page * p.page_size + tok % p.page_size) * p.kv_heads + kv_head) * D + c * 8;
+    }
+    ptx::cp_async_16(sk + key * Tile::kStride + c * 8, kp + off, valid);
+    ptx::cp_async_16(sv + key * Tile::kStride + c * 8, vp + off, valid);
+  }
+}
+
+template <class T, int D, int WM, int WN>
+__global__ void __launch_bounds__(32 * WM * WN) paged_attention_kernel(const PagedAttentionParams p) {
+  using Tile = PagedTile<T, D, WM, WN>;
+  constexpr int S = Tile::kStride;
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* sq = reinterpret_cast<T*>(smem);
+  T* sk = reinterpret_cast<T*>(smem + Tile::kQBytes);  // [2][kKeys][S]
+  T* sv = sk + 2 * Tile::kKeys * S;
+  float* so = reinterpret_cast<float*>(smem + Tile::kQBytes);  // epilogue, aliases the stages
+  float* sml = so + Tile::kRows * D;                            // [WN][2][kRows]
+  float* srow = sml + 2 * WN * Tile::kRows;                     // [2][kRows]: 1/l, lse
+  __shared__ int s_last;
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int wm = warp / WN, wn = warp % WN;
+  const int group_size = p.q_heads / p.kv_heads;
+  const int item_count = *p.item_count;
+
+  for (int item_index = blockIdx.x; item_index < item_count; item_index += gridDim.x) {
+    const attn::PlanItem it = p.items[item_index];
+    // Q tile: rows past row_count are zero (their scores are finite; they are never written).
+    for (int id = threadIdx.x; id < Tile::kRows * Tile::kChunks; id += Tile::kThreads) {
+      const int r = id / Tile::kChunks, c = id % Tile::kChunks;
+      uint4 val = make_uint4(0, 0, 0, 0);
+      if (r < it.row_count) {
+        const attn::PlanRow row = p.rows[it.row_begin + r];
+        const std::int64_t qi = std::int64_t{row.token} * p.q_heads + it.kv_head * group_size + row.group;
+        val = __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(p.q) + qi * D) + c);
+      }
+      *reinterpret_cast<uint4*>(sq + r * S + c * 8) = val;
+    }
+    if (it.piece_count > 0) load_piece<T, D, WM, WN>(p, p.pieces[it.piece_begin], it.kv_head, sk, sv);
+    ptx::cp_async_commit();
+
+    const int r0 = wm * 16 + lane / 4;  // this thread's rows: r0 and r0 + 8
+    int limit[2];
+    for (int h = 0; h < 2; ++h)
+      limit[h] = r0 + 8 * h < it.row_count ? p.rows[it.row_begin + r0 + 8 * h].key_limit : INT32_MAX;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+    float acc[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+    __syncthreads();
+    std::uint32_t qf[D / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      ptx::ldmatrix_x4(qf[kk], sq + (wm * 16 + (lane / 8 % 2) * 8 + lane % 8) * S + kk * 16 + (lane / 16) * 8);
+
+    for (int pi = 0; pi < it.piece_count; ++pi) {
+      const attn::PlanPiece piece = p.pieces[it.piece_begin + pi];
+      if (pi + 1 < it.piece_count) {
+        const int nx = (pi + 1) & 1;
+        load_piece<T, D, WM, WN>(p, p.pieces[it.piece_begin + pi + 1], it.kv_head, sk + nx * Tile::kKeys * S,
+                                 sv + nx * Tile::kKeys * S);
+        ptx::cp_async_commit();
+        ptx::cp_async_wait<1>();
+      } else {
+        ptx::cp_async_wait<0>();
+      }
+      __syncthreads();
+      const T* k = sk + (pi & 1) * Tile::kKeys * S + wn * Tile::kKeysPerWarp * S;
+      const T* v = sv + (pi & 1) * Tile::kKeys * S + wn * Tile::kKeysPerWarp * S;
+      constexpr int NT = Tile::kKeysPerWarp / 8;
+      float s[NT][4];
+#pragma unroll
+      for (int i = 0; i < NT; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+        for (int np = 0; np < NT / 2; ++np) {
+          std::uint32_t b[4];
+          ptx::ldmatrix_x4(b, k + (np * 16 + (lane / 16) * 8 + lane % 8) * S + kk * 16 + (lane / 8 % 2) * 8);
+          ptx::mma_16816<T>(s[2 * np], qf[kk], b[0], b[1]);
+          ptx::mma_16816<T>(s[2 * np + 1], qf[kk], b[2], b[3]);
+        }
+      // Mask (past the piece, or causal), scale, online softmax.
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = wn * Tile::kKeysPerWarp + nt * 8 + (lane % 4) * 2 + (e & 1);
+          const bool ok = key < piece.tokens && piece.position + key < limit[e / 2];
+          s[nt][e] = ok ? s[nt][e] * p.scale_log2 : -INFINITY;
+          mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
+        }
+      float alpha[2], base[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+        const float mn = fmaxf(m[h], mx[h]);
+        base[h] = mn == -INFINITY ? 0.f : mn;  // all masked so far: keep exp2 finite
+        alpha[h] = exp2f(m[h] - base[h]);
+        m[h] = mn;
+        l[h] *= alpha[h];
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[nt][e] = exp2f(s[nt][e] - base[e / 2]);
+          l[e / 2] += s[nt][e];
+        }
+#pragma unroll
+      for (int i = 0; i < D / 8; ++i) {
+        acc[i][0] *= alpha[0];
+        acc[i][1] *= alpha[0];
+        acc[i][2] *= alpha[1];
+        acc[i][3] *= alpha[1];
+      }
+#pragma unroll
+      for (int ks = 0; ks < NT / 2; ++ks) {
+        const std::uint32_t a[4] = {ptx::pack2<T>(s[2 * ks][0], s[2 * ks][1]), ptx::pack2<T>(s[2 * ks][2], s[2 * ks][3]),
+                                    ptx::pack2<T>(s[2 * ks + 1][0], s[2 * ks + 1][1]),
+                                    ptx::pack2<T>(s[2 * ks + 1][2], s[2 * ks + 1][3])};
+#pragma unroll
+        for (int dn = 0; dn < D / 16; ++dn) {
+          std::uint32_t b[4];
+          ptx::ldmatrix_x4_trans(b, v + (ks * 16 + (lane / 8 % 2) * 8 + lane % 8) * S + dn * 16 + (lane / 16) * 8);
+          ptx::mma_16816<T>(acc[2 * dn], a, b[0], b[1]);
+          ptx::mma_16816<T>(acc[2 * dn + 1], a, b[2], b[3]);
+        }
+      }
+      __syncthreads();  // the stage is overwritten by the load two pieces ahead
+    }
+    ptx::cp_async_wait<0>();
+    __syncthreads();
+
+    // Combine the WN warps of each row tile in shared memory, then write (o / l, lse).
+    for (int h = 0; h < 2; ++h) {
+      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    }
+    for (int id = threadIdx.x; id < Tile::kRows * D; id += Tile::kThreads) so[id] = 0.f;
+    if (lane % 4 == 0)
+      for (int h = 0; h < 2; ++h) {
+        sml[(wn * 2 + 0) * Tile::kRows + r0 + 8 * h] = m[h];
+        sml[(wn * 2 + 1) * Tile::kRows + r0 + 8 * h] = l[h];
+      }
+    __syncthreads();
+    float scale[2];
+    for (int h = 0; h < 2; ++h) {
+      const int r = r0 + 8 * h;
+      float mt = -INFINITY, lt = 0.f;
+      for (int w = 0; w < WN; ++w) mt = fmaxf(mt, sml[(w * 2) * Tile::kRows + r]);
+      for (int w = 0; w < WN; ++w) {
+        const float mw = sml[(w * 2) * Tile::kRows + r];
+        lt += mw == -INFINITY ? 0.f : sml[(w * 2 + 1) * Tile::kRows + r] * exp2f(mw - mt);
+      }
+      scale[h] = m[h] == -INFINITY ? 0.f : exp2f(m[h] - mt);
+      if (wn == 0 && lane % 4 == 0) {
+        srow[r] = lt > 0.f ? 1.f / lt : 0.f;
+        srow[Tile::kRows + r] = lt > 0.f ? (mt + __log2f(lt)) * 0.69314718056f : -INFINITY;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      const int col = i * 8 + (lane % 4) * 2;
+      float* o0 = so + r0 * D + col;
+      float* o1 = so + (r0 + 8) * D + col;
+      if constexpr (WN == 1) {
+        o0[0] = acc[i][0] * scale[0], o0[1] = acc[i][1] * scale[0];
+        o1[0] = acc[i][2] * scale[1], o1[1] = acc[i][3] * scale[1];
+      } else {
+        atomicAdd(o0, acc[i][0] * scale[0]), atomicAdd(o0 + 1, acc[i][1] * scale[0]);
+        atomicAdd(o1, acc[i][2] * scale[1]), atomicAdd(o1 + 1, acc[i][3] * scale[1]);
+      }
+    }
+    __syncthreads();
+    for (int id = threadIdx.x; id < it.row_count * (D / 4); id += Tile::kThreads) {
+      const int r = id / (D / 4), c = (id % (D / 4)) * 4;
+      const attn::PlanRow row = p.rows[it.row_begin + r];
+      const std::int64_t e = row.state_base + std::int64_t{it.column} * row.state_stride +
+                             it.kv_head * group_size + row.group;
+      const float inv = srow[r];
+      const float4 x = *reinterpret_cast<const float4*>(so + r * D + c);
+      *reinterpret_cast<float4*>(p.states.o + e * D + c) = make_float4(x.x * inv, x.y * inv, x.z * inv, x.w * inv);
+      if (c == 0) p.states.lse[e] = srow[Tile::kRows + r];
+    }
+
+    // Suffix items: the last of a merge group merges every column of its rows.
+    if (it.group >= 0) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        const attn::PlanMergeGroup g = p.groups[it.group];
+        const int before = atomicAdd(p.group_arrivals + it.group, 1);
+        s_last = before == g.items - 1;
+        if (s_last) p.group_arrivals[it.group] = 0;  // ready for the next launch
+      }
+      __syncthreads();
+      if (s_last) {
+        __threadfence();
+        const int columns = p.groups[it.group].columns;
+        for (int id = threadIdx.x; id < it.row_count * (D / 4); id += Tile::kThreads) {
+          const int r = id / (D / 4), c = (id % (D / 4)) * 4;
+          const attn::PlanRow row = p.rows[it.row_begin + r];
+          const int head = it.kv_head * group_size + row.group;
+          float4 o;
+          const float lse = merge_states_chunk(p.states, D, row.state_base + head, row.state_stride, columns, c, &o);
+          const std::int64_t qi = std::int64_t{row.token} * p.q_heads + head;
+          T* out = static_cast<T*>(p.out) + qi * D + c;
+          out[0] = ptx::from_float<T>(o.x), out[1] = ptx::from_float<T>(o.y);
+          out[2] = ptx::from_float<T>(o.z), out[3] = ptx::from_float<T>(o.w);
+          if (c == 0) p.out_lse[qi] = lse;
+        }
+      }
+    }
+    __syncthreads();  // shared memory is reused by the next item
+  }
+}
+
+}  // namespace hydragen::cuda

@@ -1,0 +1,183 @@
+// Plan buffers and the two launches of a paged attention step. See paged_attention_runner.h.
+#include "backend/cuda/paged_attention_runner.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/paged_attention.cuh"
+
+namespace hydragen::cuda {
+namespace {
+
+using LaunchFn = void (*)(const PagedAttentionParams&, int grid, cudaStream_t);
+
+template <class T, int D, int WM, int WN>
+void launch(const PagedAttentionParams& p, int grid, cudaStream_t stream) {
+  using Tile = PagedTile<T, D, WM, WN>;
+  paged_attention_kernel<T, D, WM, WN><<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
+}
+
+// Raises the kernel's shared-memory limit once; returns resident blocks per SM.
+template <class T, int D, int WM, int WN>
+int prepare() {
+  using Tile = PagedTile<T, D, WM, WN>;
+  auto kernel = paged_attention_kernel<T, D, WM, WN>;
+  HG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
+  int blocks = 0;
+  HG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, Tile::kThreads, Tile::kSmemBytes));
+  HG_CHECK(blocks > 0, "paged attention: the kernel does not fit on this device (", Tile::kSmemBytes,
+           " bytes of shared memory)");
+  return blocks;
+}
+
+struct KernelPair {
+  LaunchFn shared, suffix;
+  int shared_blocks_per_sm, suffix_blocks_per_sm;
+};
+
+template <class T, int D>
+KernelPair kernels_for() {
+  return {launch<T, D, 4, 1>, launch<T, D, 1, 4>, prepare<T, D, 4, 1>(), prepare<T, D, 1, 4>()};
+}
+
+KernelPair select_kernels(DType dtype, int head_dim) {
+  HG_CHECK(dtype == DType::bf16 || dtype == DType::f16, "paged attention: dtype must be bf16 or f16, got ",
+           dtype_name(dtype));
+  HG_CHECK(supported_head_dim(head_dim), "paged attention: head_dim ", head_dim,
+           " is not supported on CUDA (supported: 64, 128)");
+  if (dtype == DType::bf16) return head_dim == 64 ? kernels_for<__nv_bfloat16, 64>() : kernels_for<__nv_bfloat16, 128>();
+  return head_dim == 64 ? kernels_for<__half, 64>() : kernels_for<__half, 128>();
+}
+
+template <class E>
+E* device_array(std::int64_t count) {
+  void* p = nullptr;
+  HG_CUDA_CHECK(cudaMalloc(&p, std::max<std::int64_t>(count, 1) * sizeof(E)));
+  return static_cast<E*>(p);
+}
+
+template <class E>
+void copy_to(E* dst, const std::vector<E>& src, std::int64_t capacity, const char* what) {
+  HG_CHECK(static_cast<std::int64_t>(src.size()) <= capacity, "PagedAttentionRunner::upload: plan has ",
+           src.size(), " ", what, ", capacity is ", capacity);
+  if (!src.empty()) HG_CUDA_CHECK(cudaMemcpy(dst, src.data(), src.size() * sizeof(E), cudaMemcpyHostToDevice));
+}
+
+}  // namespace
+
+bool supported_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128; }
+
+PlanCapacity PlanCapacity::of(const attn::AttentionPlan& plan) {
+  return {static_cast<std::int64_t>(plan.pages.size()), static_cast<std::int64_t>(plan.pieces.size()),
+          static_cast<std::int64_t>(plan.rows.size()), static_cast<std::int64_t>(plan.shared_items.size()),
+          static_cast<std::int64_t>(plan.suffix_items.size()), static_cast<std::int64_t>(plan.groups.size()),
+          plan.state_entries};
+}
+
+PlanCapacity PlanCapacity::max(const PlanCapacity& o) const {
+  return {std::max(pages, o.pages), std::max(pieces, o.pieces), std::max(rows, o.rows),
+          std::max(shared_items, o.shared_items), std::max(suffix_items, o.suffix_items),
+          std::max(groups, o.groups), std::max(state_entries, o.state_entries)};
+}
+
+struct PagedAttentionRunner::Impl {
+  DType dtype;
+  int head_dim, q_heads, kv_heads;
+  PlanCapacity capacity;
+  KernelPair kernels;
+  int shared_grid = 0, suffix_grid = 0;
+  std::int32_t* pages = nullptr;
+  attn::PlanPiece* pieces = nullptr;
+  attn::PlanRow* rows = nullptr;
+  attn::PlanItem* shared_items = nullptr;
+  attn::PlanItem* suffix_items = nullptr;
+  attn::PlanMergeGroup* groups = nullptr;
+  std::int32_t* counts = nullptr;  // [shared items, suffix items]
+  std::int32_t* arrivals = nullptr;
+  float* state_o = nullptr;
+  float* state_lse = nullptr;
+};
+
+PagedAttentionRunner::PagedAttentionRunner(DType dtype, int head_dim, int q_heads, int kv_heads,
+                                           const PlanCapacity& capacity)
+    : impl_(std::make_unique<Impl>()) {
+  HG_CHECK(kv_heads > 0 && q_heads % kv_heads == 0, "PagedAttentionRunner: q_heads (", q_heads,
+           ") must be a multiple of kv_heads (", kv_heads, ")");
+  Impl& m = *impl_;
+  m.dtype = dtype, m.head_dim = head_dim, m.q_heads = q_heads, m.kv_heads = kv_heads, m.capacity = capacity;
+  m.kernels = select_kernels(dtype, head_dim);
+  int device = 0, sms = 0;
+  HG_CUDA_CHECK(cudaGetDevice(&device));
+  HG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  // Persistent grids: the item count is read on the device, so the launch shape is fixed.
+  m.shared_grid = static_cast<int>(std::min<std::int64_t>(capacity.shared_items, sms * m.kernels.shared_blocks_per_sm));
+  m.suffix_grid = static_cast<int>(std::min<std::int64_t>(capacity.suffix_items, sms * m.kernels.suffix_blocks_per_sm));
+  m.pages = device_array<std::int32_t>(capacity.pages);
+  m.pieces = device_array<attn::PlanPiece>(capacity.pieces);
+  m.rows = device_array<attn::PlanRow>(capacity.rows);
+  m.shared_items = device_array<attn::PlanItem>(capacity.shared_items);
+  m.suffix_items = device_array<attn::PlanItem>(capacity.suffix_items);
+  m.groups = device_array<attn::PlanMergeGroup>(capacity.groups);
+  m.counts = device_array<std::int32_t>(2);
+  m.arrivals = device_array<std::int32_t>(capacity.groups);
+  m.state_o = device_array<float>(capacity.state_entries * head_dim);
+  m.state_lse = device_array<float>(capacity.state_entries);
+  HG_CUDA_CHECK(cudaMemset(m.counts, 0, 2 * sizeof(std::int32_t)));
+  HG_CUDA_CHECK(cudaMemset(m.arrivals, 0, std::max<std::int64_t>(capacity.groups, 1) * sizeof(std::int32_t)));
+}
+
+PagedAttentionRunner::~PagedAttentionRunner() {
+  Impl& m = *impl_;
+  for (void* p : {static_cast<void*>(m.pages), static_cast<void*>(m.pieces), static_cast<void*>(m.rows),
+                  static_cast<void*>(m.shared_items), static_cast<void*>(m.suffix_items),
+                  static_cast<void*>(m.groups), static_cast<void*>(m.counts), static_cast<void*>(m.arrivals),
+                  static_cast<void*>(m.state_o), static_cast<void*>(m.state_lse)})
+    cudaFree(p);
+}
+
+void PagedAttentionRunner::upload(const attn::AttentionPlan& plan) {
+  Impl& m = *impl_;
+  copy_to(m.pages, plan.pages, m.capacity.pages, "pages");
+  copy_to(m.pieces, plan.pieces, m.capacity.pieces, "pieces");
+  copy_to(m.rows, plan.rows, m.capacity.rows, "rows");
+  copy_to(m.shared_items, plan.shared_items, m.capacity.shared_items, "shared items");
+  copy_to(m.suffix_items, plan.suffix_items, m.capacity.suffix_items, "suffix items");
+  copy_to(m.groups, plan.groups, m.capacity.groups, "merge groups");
+  HG_CHECK(plan.state_entries <= m.capacity.state_entries, "PagedAttentionRunner::upload: plan needs ",
+           plan.state_entries, " partial states, capacity is ", m.capacity.state_entries);
+  const std::int32_t counts[2] = {static_cast<std::int32_t>(plan.shared_items.size()),
+                                  static_cast<std::int32_t>(plan.suffix_items.size())};
+  HG_CUDA_CHECK(cudaMemcpy(m.counts, counts, sizeof(counts), cudaMemcpyHostToDevice));
+}
+
+void PagedAttentionRunner::poison_states() {
+  Impl& m = *impl_;
+  HG_CUDA_CHECK(cudaMemset(m.state_o, 0xff, std::max<std::int64_t>(m.capacity.state_entries, 1) * m.head_dim * 4));
+  HG_CUDA_CHECK(cudaMemset(m.state_lse, 0xff, std::max<std::int64_t>(m.capacity.state_entries, 1) * 4));
+}
+
+void PagedAttentionRunner::run(const PagedAttentionArgs& args, void* stream, bool shared_only) const {
+  const Impl& m = *impl_;
+  auto st = static_cast<cudaStream_t>(stream);
+  PagedAttentionParams p{};
+  p.q = args.q, p.k_pool = args.k_pool, p.v_pool = args.v_pool;
+  p.pages = m.pages, p.pieces = m.pieces, p.rows = m.rows, p.groups = m.groups;
+  p.group_arrivals = m.arrivals;
+  p.states = {m.state_o, m.state_lse};
+  p.out = args.out, p.out_lse = args.out_lse;
+  p.page_size = args.page_size, p.kv_heads = m.kv_heads, p.q_heads = m.q_heads;
+  const float scale = args.scale > 0 ? args.scale : 1.f / std::sqrt(static_cast<float>(m.head_dim));
+  p.scale_log2 = scale * 1.4426950408889634f;
+  if (m.shared_grid > 0) {
+    p.items = m.shared_items, p.item_count = m.counts;
+    m.kernels.shared(p, m.shared_grid, st);
+    HG_CUDA_CHECK(cudaGetLastError());
+  }
+  if (shared_only || m.suffix_grid == 0) return;
+  p.items = m.suffix_items, p.item_count = m.counts + 1;
+  m.kernels.suffix(p, m.suffix_grid, st);
+  HG_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace hydragen::cuda

@@ -1,0 +1,57 @@
+// Host side of the paged attention step: device buffers of fixed capacity for the plan,
+// `upload` (host -> device, between steps) and `run` (two launches, no allocation, no host
+// synchronisation: capturable in a CUDA graph that keeps working after the next upload).
+// No CUDA types here, so g++ code (tests, the tree_attention entry point) can use it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "attn/paged_plan.h"
+#include "hydragen/dtype.h"
+
+namespace hydragen::cuda {
+
+// Sizes of the plan arrays a runner can hold.
+struct PlanCapacity {
+  std::int64_t pages = 0, pieces = 0, rows = 0, shared_items = 0, suffix_items = 0, groups = 0,
+               state_entries = 0;
+  static PlanCapacity of(const attn::AttentionPlan& plan);
+  PlanCapacity max(const PlanCapacity& other) const;
+};
+
+// Device pointers of one step's tensors.
+struct PagedAttentionArgs {
+  const void* q = nullptr;       // [query_rows, Hq, D], the runner's dtype
+  const void* k_pool = nullptr;  // [pages, page_size, Hkv, D]
+  const void* v_pool = nullptr;
+  void* out = nullptr;        // [query_rows, Hq, D]
+  float* out_lse = nullptr;   // [query_rows, Hq]
+  int page_size = 64;
+  float scale = 0;            // 0: 1/sqrt(D)
+};
+
+// Head dims with compiled kernels; others throw from the runner's constructor.
+bool supported_head_dim(int head_dim);
+
+class PagedAttentionRunner {
+ public:
+  PagedAttentionRunner(DType dtype, int head_dim, int q_heads, int kv_heads, const PlanCapacity& capacity);
+  ~PagedAttentionRunner();
+  PagedAttentionRunner(const PagedAttentionRunner&) = delete;
+  PagedAttentionRunner& operator=(const PagedAttentionRunner&) = delete;
+
+  // Copies the plan into the device buffers (synchronous). Throws when over capacity.
+  void upload(const attn::AttentionPlan& plan);
+  // Enqueues the step on `stream` (a cudaStream_t; nullptr = the legacy stream).
+  // shared_only: the shared-segment kernel alone (benchmarks time it by itself).
+  void run(const PagedAttentionArgs& args, void* stream = nullptr, bool shared_only = false) const;
+  // Fills the partial-state buffers with NaN (tests: every read entry must be written).
+  void poison_states();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hydragen::cuda

@@ -1,0 +1,244 @@
+// CUDA tree attention against the float64 reference (test-backend-ops pattern): random
+// trees and shapes, all three modes, bf16 and fp16, page sizes 16 and 64; plus the CUDA
+// graph test (capture a step, change the plan, replay). Skipped without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "attention_test_util.h"
+#include "hydragen/attention.h"
+#include "hydragen/error.h"
+#ifdef HYDRAGEN_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_attention.h"
+#include "backend/cuda/paged_attention_runner.h"
+#endif
+
+namespace hydragen {
+namespace {
+
+using testing::Rng;
+
+#ifdef HYDRAGEN_WITH_CUDA
+#define SKIP_WITHOUT_GPU() \
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: CUDA tests skipped"
+#else
+#define SKIP_WITHOUT_GPU() GTEST_SKIP() << "built without CUDA (HYDRAGEN_WITH_CUDA unset): CUDA tests skipped"
+#endif
+
+struct TreeShape {
+  int hkv = 1, groups = 8, head_dim = 128;
+  int depth = 1, fanout = 4, batch = 8;
+  std::vector<std::int64_t> segment_lengths = {0, 1, 7, 65, 130, 513};
+  std::vector<std::int64_t> suffix_lengths = {0, 1, 9, 64, 100};
+  int max_query_tokens = 1;
+};
+
+// A random tree: `depth` levels of segments (each node `fanout` children at most), then
+// `batch` sequences hung under random deepest nodes; K/V in dtype.
+SharingTree random_tree(const TreeShape& shape, DType dtype, Rng& rng) {
+  SharingTree tree;
+  std::vector<int> level = {kNoParent};
+  for (int depth = 0; depth < shape.depth; ++depth) {
+    std::vector<int> next;
+    for (int parent : level) {
+      const int children = depth == 0 ? 1 : rng.uniform_int(1, shape.fanout);
+      for (int c = 0; c < children; ++c) {
+        const std::int64_t len = rng.pick(shape.segment_lengths);
+        next.push_back(static_cast<int>(tree.segments.size()));
+        tree.segments.push_back({parent, testing::random_tensor({len, shape.hkv, shape.head_dim}, dtype, rng),
+                                 testing::random_tensor({len, shape.hkv, shape.head_dim}, dtype, rng)});
+      }
+    }
+    level = next;
+  }
+  for (int b = 0; b < shape.batch; ++b) {
+    const std::int64_t len = rng.pick(shape.suffix_lengths);
+    const int tokens = len == 0 ? 1 : rng.uniform_int(1, static_cast<int>(std::min<std::int64_t>(shape.max_query_tokens, len)));
+    tree.sequences.push_back({rng.pick(level), testing::random_tensor({len, shape.hkv, shape.head_dim}, dtype, rng),
+                              testing::random_tensor({len, shape.hkv, shape.head_dim}, dtype, rng), tokens});
+  }
+  return tree;
+}
+
+// ‖out − ref‖ / ‖ref‖ over o, and no NaN anywhere.
+double relative_norm_error(const Tensor& out, const Tensor& ref) {
+  double num = 0, den = 0;
+  for (std::int64_t i = 0; i < ref.numel(); ++i) {
+    const double a = out.get(i), b = ref.get(i);
+    if (std::isnan(a)) return INFINITY;
+    num += (a - b) * (a - b);
+    den += b * b;
+  }
+  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+void expect_lse_near(const Tensor& out, const Tensor& ref, const std::string& what) {
+  for (std::int64_t i = 0; i < ref.numel(); ++i) {
+    const double a = out.get(i), b = ref.get(i);
+    ASSERT_FALSE(std::isnan(a)) << what << ": lse NaN at " << i;
+    if (std::isinf(b)) {
+      ASSERT_EQ(a, b) << what << ": lse at " << i;
+    } else {
+      ASSERT_NEAR(a, b, 2e-3 * std::max(1.0, std::abs(b))) << what << ": lse at " << i;
+    }
+  }
+}
+
+#ifdef HYDRAGEN_WITH_CUDA
+void check_against_reference(const TreeShape& shape, DType dtype, AttentionMode mode, int page_size, Rng& rng,
+                             const std::string& what) {
+  const SharingTree tree = random_tree(shape, dtype, rng);
+  const std::int64_t hq = std::int64_t{shape.hkv} * shape.groups;
+  const Tensor q = testing::random_tensor({tree.query_rows(), hq, shape.head_dim}, dtype, rng);
+  TreeAttentionOptions options;
+  options.mode = mode;
+  const AttentionState ref = reference_tree_attention(tree, q, options);
+  const AttentionState out = cuda::tree_attention(tree, q.to(Device::cuda), options, page_size);
+  const double error = relative_norm_error(out.o, ref.o);
+  EXPECT_LE(error, 5e-3) << what;
+  expect_lse_near(out.lse, ref.lse, what);
+}
+#endif
+
+TEST(CudaAttention, RandomTreesMatchFloat64Reference) {
+  SKIP_WITHOUT_GPU();
+#ifdef HYDRAGEN_WITH_CUDA
+  Rng rng;
+  SCOPED_TRACE(rng.trace());
+  for (int trial = 0; trial < 36; ++trial) {
+    TreeShape shape;
+    shape.head_dim = trial % 2 ? 64 : 128;
+    shape.groups = rng.pick(std::vector<int>{1, 2, 4, 8});
+    shape.hkv = rng.pick(std::vector<int>{1, 2, 3});
+    shape.depth = 1 + trial % 3;
+    shape.fanout = rng.uniform_int(1, 4);
+    shape.batch = rng.pick(std::vector<int>{1, 2, 5, 16, 33, 64});
+    shape.max_query_tokens = trial % 4 == 3 ? 5 : 1;
+    const DType dtype = trial % 5 == 4 ? DType::f16 : DType::bf16;
+    const AttentionMode mode = std::vector{AttentionMode::hydragen, AttentionMode::paged, AttentionMode::dense}[trial % 3];
+    const int page_size = trial % 4 < 2 ? 64 : 16;
+    check_against_reference(shape, dtype, mode, page_size, rng,
+                            concat("trial ", trial, " mode ", mode_name(mode), " d ", shape.head_dim, " G ", shape.groups,
+                                   " Hkv ", shape.hkv, " depth ", shape.depth, " batch ", shape.batch, " page ",
+                                   page_size, " dtype ", dtype_name(dtype)));
+  }
+#endif
+}
+
+// Long segments and few sequences: split-KV in both kernels.
+TEST(CudaAttention, SplitKvMatchesReference) {
+  SKIP_WITHOUT_GPU();
+#ifdef HYDRAGEN_WITH_CUDA
+  Rng rng;
+  SCOPED_TRACE(rng.trace());
+  TreeShape shape;
+  shape.batch = 3;
+  shape.segment_lengths = {2100};
+  shape.suffix_lengths = {1100, 0};
+  shape.max_query_tokens = 3;
+  for (AttentionMode mode : {AttentionMode::hydragen, AttentionMode::paged})
+    check_against_reference(shape, DType::bf16, mode, 64, rng, concat("split-KV ", mode_name(mode)));
+#endif
+}
+
+// Many sequences under a short shared prefix: many row tiles per segment.
+TEST(CudaAttention, LargeBatchMatchesReference) {
+  SKIP_WITHOUT_GPU();
+#ifdef HYDRAGEN_WITH_CUDA
+  Rng rng;
+  SCOPED_TRACE(rng.trace());
+  TreeShape shape;
+  shape.batch = 1024;
+  shape.hkv = 2;
+  shape.groups = 4;
+  shape.head_dim = 64;
+  shape.segment_lengths = {200};
+  shape.suffix_lengths = {0, 3, 17};
+  check_against_reference(shape, DType::bf16, AttentionMode::hydragen, 16, rng, "batch 1024");
+#endif
+}
+
+TEST(CudaAttention, UnsupportedHeadDimIsAClearError) {
+  SKIP_WITHOUT_GPU();
+#ifdef HYDRAGEN_WITH_CUDA
+  Rng rng;
+  TreeShape shape;
+  shape.head_dim = 80;
+  shape.batch = 2;
+  const SharingTree tree = random_tree(shape, DType::bf16, rng);
+  const Tensor q = testing::random_tensor({tree.query_rows(), 8, 80}, DType::bf16, rng).to(Device::cuda);
+  try {
+    cuda::tree_attention(tree, q);
+    FAIL() << "head_dim 80 should throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("head_dim 80"), std::string::npos) << e.what();
+  }
+#endif
+}
+
+// Capture one step in a CUDA graph, then change the tree (and so the plan) and replay: the
+// graph reads the new plan from the same device buffers.
+TEST(CudaAttention, GraphReplayFollowsTheUploadedPlan) {
+  SKIP_WITHOUT_GPU();
+#ifdef HYDRAGEN_WITH_CUDA
+  Rng rng;
+  SCOPED_TRACE(rng.trace());
+  TreeShape shape;
+  shape.depth = 2;
+  shape.batch = 24;
+  shape.max_query_tokens = 2;
+  const std::int64_t hq = 8, d = 128, page = 64;
+  const SharingTree trees[2] = {random_tree(shape, DType::bf16, rng), random_tree(shape, DType::bf16, rng)};
+  cuda::PagedTreeImage images[2];
+  attn::AttentionPlan plans[2];
+  std::int64_t pool_elems = 8, rows = 1;
+  for (int i = 0; i < 2; ++i) {
+    images[i] = cuda::page_tree(trees[i], hq, DType::bf16, page, false);
+    plans[i] = attn::build_attention_plan(images[i].layout);
+    pool_elems = std::max<std::int64_t>(pool_elems, images[i].k.size());
+    rows = std::max(rows, trees[i].query_rows());
+  }
+  cuda::PagedAttentionRunner runner(DType::bf16, d, hq, 1,
+                                    cuda::PlanCapacity::of(plans[0]).max(cuda::PlanCapacity::of(plans[1])));
+  Tensor k_pool = Tensor::empty({pool_elems}, DType::bf16, Device::cuda);
+  Tensor v_pool = Tensor::empty({pool_elems}, DType::bf16, Device::cuda);
+  Tensor q = Tensor::empty({rows, hq, d}, DType::bf16, Device::cuda);
+  Tensor out = Tensor::empty({rows, hq, d}, DType::bf16, Device::cuda);
+  Tensor out_lse = Tensor::empty({rows, hq}, DType::f32, Device::cuda);
+  cuda::PagedAttentionArgs args;
+  args.q = q.raw(), args.k_pool = k_pool.raw(), args.v_pool = v_pool.raw(), args.out = out.raw();
+  args.out_lse = out_lse.data<float>(), args.page_size = page;
+
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  runner.upload(plans[0]);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  runner.run(args, stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int i = 0; i < 2; ++i) {
+    const Tensor qi = testing::random_tensor({trees[i].query_rows(), hq, d}, DType::bf16, rng);
+    ASSERT_EQ(cudaMemcpy(q.raw(), qi.raw(), qi.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(k_pool.raw(), images[i].k.data(), images[i].k.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(v_pool.raw(), images[i].v.data(), images[i].v.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    runner.upload(plans[i]);
+    runner.poison_states();
+    ASSERT_EQ(cudaMemset(out.raw(), 0xff, out.bytes()), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    const AttentionState ref = reference_tree_attention(trees[i], qi);
+    const Tensor o = out.slice(0, 0, trees[i].query_rows()).to(Device::cpu).to(DType::f32);
+    EXPECT_LE(relative_norm_error(o, ref.o), 5e-3) << "replay " << i;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+#endif
+}
+
+}  // namespace
+}  // namespace hydragen

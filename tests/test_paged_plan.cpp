@@ -1,0 +1,140 @@
+// The host plan builder of the paged attention kernels (runs on the CPU, in CI): every
+// query row must read each key of its context exactly once, across the shared items that
+// stack its ancestors and its own suffix items; every partial-state column it merges must
+// be written exactly once.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+
+#include "attn/paged_plan.h"
+#include "hydragen/error.h"
+
+namespace hydragen::attn {
+namespace {
+
+// A random tree laid out in pages; page ids are just counted up.
+PagedLayout random_layout(std::mt19937& rng, int segments, int sequences, int page_size, int hkv, int g) {
+  PagedLayout layout;
+  layout.page_size = page_size, layout.kv_heads = hkv, layout.q_heads = hkv * g, layout.head_dim = 64;
+  int next_page = 0;
+  auto pages_for = [&](std::int64_t tokens) {
+    std::vector<std::int32_t> pages;
+    for (std::int64_t t = 0; t < tokens; t += page_size) pages.push_back(next_page++);
+    return pages;
+  };
+  const std::int64_t lengths[] = {0, 1, 7, 64, 65, 513, 2000};
+  for (int i = 0; i < segments; ++i) {
+    const std::int64_t len = lengths[rng() % 7];
+    const int parent = i == 0 ? kNoParent : static_cast<int>(rng() % i);
+    layout.segments.push_back({parent, len, pages_for(len)});
+  }
+  for (int s = 0; s < sequences; ++s) {
+    const std::int64_t len = lengths[rng() % 6] + 3;
+    const int parent = segments == 0 ? kNoParent : static_cast<int>(rng() % segments);
+    layout.sequences.push_back({parent, len, pages_for(len), 1 + static_cast<int>(rng() % 3)});
+  }
+  return layout;
+}
+
+void check_coverage(const PagedLayout& layout, const AttentionPlan& plan) {
+  const int hkv = layout.kv_heads, g = layout.q_heads / hkv;
+  // (kv head, query token, key position) -> reads; (state entry) -> writes.
+  std::map<std::tuple<int, int, int>, int> reads;
+  std::map<std::int64_t, int> writes;
+  auto visit = [&](const std::vector<PlanItem>& items) {
+    for (const PlanItem& it : items) {
+      ASSERT_LE(it.row_count, it.group < 0 ? kSharedTileRows : kSuffixTileRows);
+      for (int r = 0; r < it.row_count; ++r) {
+        const PlanRow& row = plan.rows[it.row_begin + r];
+        ++writes[row.state_base + std::int64_t{it.column} * row.state_stride + it.kv_head * g + row.group];
+        if (row.group != 0) continue;
+        for (int pi = 0; pi < it.piece_count; ++pi) {
+          const PlanPiece& pc = plan.pieces[it.piece_begin + pi];
+          ASSERT_GE(pc.tokens, 1);
+          ASSERT_LE(pc.tokens, kBlockTokens);
+          for (int k = 0; k < pc.tokens; ++k) ++reads[{it.kv_head, row.token, pc.position + k}];
+        }
+      }
+    }
+  };
+  visit(plan.shared_items);
+  visit(plan.suffix_items);
+  std::int64_t row = 0, expected_writes = 0;
+  for (std::size_t s = 0; s < layout.sequences.size(); ++s) {
+    const auto& seq = layout.sequences[s];
+    std::int64_t context = seq.suffix_tokens;
+    for (int p = seq.parent; p != kNoParent; p = layout.segments[p].parent) context += layout.segments[p].tokens;
+    for (int t = 0; t < seq.query_tokens; ++t, ++row)
+      for (int kh = 0; kh < hkv; ++kh)
+        for (std::int64_t k = 0; k < context; ++k) {
+          auto it = reads.find({kh, static_cast<int>(row), static_cast<int>(k)});
+          ASSERT_TRUE(it != reads.end() && it->second == 1)
+              << "sequence " << s << " token " << t << " kv head " << kh << " key " << k;
+        }
+  }
+  for (const auto& group : plan.groups) expected_writes += group.columns;
+  for (const auto& [entry, count] : writes) {
+    ASSERT_EQ(count, 1) << "state entry " << entry;
+    ASSERT_LT(entry, plan.state_entries);
+  }
+  EXPECT_EQ(static_cast<std::int64_t>(writes.size()), plan.state_entries);
+  EXPECT_EQ(plan.query_rows, row);
+}
+
+TEST(PagedPlan, RandomTreesReadEveryKeyOnce) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int page_size = trial % 2 ? 16 : 64;
+    PagedLayout layout = random_layout(rng, 1 + trial % 6, 1 + static_cast<int>(rng() % 40), page_size,
+                                       1 + trial % 3, 1 + trial % 4);
+    for (AttentionMode mode : {AttentionMode::hydragen, AttentionMode::paged}) {
+      PlanOptions options;
+      options.mode = mode;
+      options.target_items = trial % 3 == 0 ? 4096 : 8;  // with and without split-KV
+      const AttentionPlan plan = build_attention_plan(layout, options);
+      if (mode == AttentionMode::paged) EXPECT_TRUE(plan.shared_items.empty());
+      SCOPED_TRACE(::testing::Message() << "trial " << trial << " mode " << mode_name(mode));
+      check_coverage(layout, plan);
+    }
+  }
+}
+
+TEST(PagedPlan, StacksOnlySegmentsThatPay) {
+  PagedLayout layout;
+  layout.page_size = 64, layout.kv_heads = 1, layout.q_heads = 8, layout.head_dim = 128;
+  layout.segments.push_back({kNoParent, 1000, std::vector<std::int32_t>(16, 0)});
+  layout.segments.push_back({0, 10, {1}});  // short: folded
+  layout.sequences.push_back({1, 5, {2}, 1});
+  layout.sequences.push_back({1, 5, {3}, 1});
+  const AttentionPlan plan = build_attention_plan(layout);
+  EXPECT_EQ(plan.stacked_segments, 1);
+  layout.sequences.pop_back();  // one reader only: nothing stacked
+  EXPECT_EQ(build_attention_plan(layout).stacked_segments, 0);
+}
+
+TEST(PagedPlan, CausalLimitsAreContextPositions) {
+  PagedLayout layout;
+  layout.page_size = 16, layout.kv_heads = 1, layout.q_heads = 1, layout.head_dim = 64;
+  layout.segments.push_back({kNoParent, 100, std::vector<std::int32_t>(7, 0)});
+  layout.sequences.push_back({0, 20, {1, 2}, 3});
+  const AttentionPlan plan = build_attention_plan(layout);
+  ASSERT_EQ(plan.rows.size(), 3u);  // folded: one sequence only
+  EXPECT_EQ(plan.rows[0].key_limit, 118);
+  EXPECT_EQ(plan.rows[2].key_limit, 120);
+}
+
+TEST(PagedPlan, RejectsBadLayouts) {
+  PagedLayout layout;
+  layout.page_size = 64, layout.kv_heads = 2, layout.q_heads = 3, layout.head_dim = 64;
+  EXPECT_THROW(build_attention_plan(layout), Error);
+  layout.q_heads = 4;
+  layout.segments.push_back({1, 0, {}});
+  layout.segments.push_back({0, 0, {}});
+  EXPECT_THROW(build_attention_plan(layout), Error);  // cycle
+  layout.segments = {{kNoParent, 100, {0}}};            // too few pages
+  EXPECT_THROW(build_attention_plan(layout), Error);
+}
+
+}  // namespace
+}  // namespace hydragen::attn
