@@ -3,6 +3,7 @@
 attention vs batch size, one line per prefix length, one panel per (shape, suffix).
 
     scripts/plot_bench.py bench/results/cpu-attention-DATE.json -o docs/cpu-attention-speedup.png
+    scripts/plot_bench.py bench/results/cpu-attention-DATE.json --markdown   (tables for docs/)
 
 Solid lines: hydragen (and hydragen-root when present, dash-dot). Dotted: dense. A cross
 marks a point a mode could not run (out of memory), drawn at speedup 0 like the paper's X.
@@ -98,13 +99,54 @@ def plot(report, rows, out_path, title):
     print(f"wrote {out_path}")
 
 
+def markdown_tables(report, rows):
+    """One markdown table per (shape, suffix): ms, speedup over paged, measured/floor per mode."""
+    ceil = report["ceilings"]
+    scale = 1e9 if report.get("settings", {}).get("device", "cpu") == "cpu" else 1e12
+    unit = "G" if scale == 1e9 else "T"
+    lines = [f"Ceilings measured in the run: {ceil['peak_flops_per_s'] / scale:.1f} {unit}FLOP/s "
+             f"({ceil['peak_flops_source']}), {ceil['bandwidth_bytes_per_s'] / scale:.1f} {unit}B/s "
+             f"({ceil['bandwidth_source']}).", ""]
+    modes = list(dict.fromkeys(r["mode"] for r in rows))
+    groups = defaultdict(list)
+    for row in rows:
+        groups[(shape_label(row), row["suffix"])].append(row)
+    for (shape, suffix), group in groups.items():
+        lines.append(f"**{shape}, suffix {tokens(suffix)}** — ms (speedup over paged; measured/floor)")
+        lines.append("")
+        lines.append("| batch | prefix | " + " | ".join(modes) + " |")
+        lines.append("|---:|---:|" + "---:|" * len(modes))
+        points = defaultdict(dict)
+        for row in group:
+            points[(row["prefix"], row["batch"])][row["mode"]] = row
+        for (prefix, batch), by_mode in sorted(points.items()):
+            cells = []
+            for mode in modes:
+                row = by_mode.get(mode)
+                if row is None:
+                    cells.append("")
+                elif row.get("skipped"):
+                    cells.append(f"X ({row['kv_bytes_held'] / 1e9:.1f} GB)")
+                else:
+                    speedup = row.get("speedup_vs_paged")
+                    speed = f"{speedup:.2f}x" if speedup is not None else "-"
+                    cells.append(f"{row['median_ms']:.1f} ({speed}; {row['measured_over_floor']:.1f})")
+            lines.append(f"| {batch} | {tokens(prefix)} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("json", help="a JSON written by `hydragen bench attention --json`")
     parser.add_argument("-o", "--output", default=None, help="PNG path (default: the JSON's name with .png)")
     parser.add_argument("--title", default=None)
+    parser.add_argument("--markdown", action="store_true", help="print markdown tables instead of plotting")
     args = parser.parse_args()
     report, rows = load_rows(args.json)
+    if args.markdown:
+        print(markdown_tables(report, rows))
+        return
     out = args.output or args.json.rsplit(".", 1)[0] + ".png"
     plot(report, rows, out, args.title)
 

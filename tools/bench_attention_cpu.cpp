@@ -97,6 +97,7 @@ class CpuAttentionBench final : public AttentionBench {
       TreeAttentionOptions attention_options;
       attention_options.mode = library_mode(mode);
       row.timing = time_runs([&] { (void)tree_attention(tree, workload.q, attention_options); });
+      row.extra["loadavg"] = load_average();  // after the runs: other work skews CPU timings
       rows.push_back(row);
     }
     return rows;

@@ -138,6 +138,7 @@ nlohmann::json report_json(const Ceilings& ceilings, const nlohmann::json& setti
       r["fraction_of_bandwidth"] = row.bytes / seconds / ceilings.bandwidth_bytes_per_s;
     }
     if (row.speedup_vs_paged) r["speedup_vs_paged"] = *row.speedup_vs_paged;
+    r.update(row.extra);
     rows_json.push_back(std::move(r));
   }
   out["rows"] = std::move(rows_json);

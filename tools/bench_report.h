@@ -43,6 +43,7 @@ struct AttentionRow {
   double flops = 0;            // useful FLOPs: 4·Hq·d·(keys per query row), same for every mode
   double bytes = 0;            // bytes this mode must move at least
   double kv_bytes_held = 0;    // K/V memory the mode holds (0 if unknown)
+  nlohmann::json extra = nlohmann::json::object();  // backend notes (CPU: load average)
   // Filled by finish_point():
   std::optional<double> speedup_vs_paged;
 };
