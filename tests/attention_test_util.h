@@ -19,7 +19,7 @@
 namespace hydragen::testing {
 
 inline std::uint64_t test_seed() {
-  if (const char* env = std::getenv("HYDRAGEN_TEST_SEED")) return std::strtoull(env, nullptr, 10);
+  if (const char* env = std::getenv("HYDRAGEN_TEST_SEED"); env && *env) return std::strtoull(env, nullptr, 10);
   return (std::uint64_t{std::random_device{}()} << 32) | std::random_device{}();
 }
 

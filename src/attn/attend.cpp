@@ -17,7 +17,8 @@ AttentionState attend(const Tensor& q, const Tensor& k, const Tensor& v, const A
   for (const auto& [t, name] : {std::pair{&q, "q"}, std::pair{&k, "k"}, std::pair{&v, "v"}})
     HG_CHECK(t->device() == Device::cpu, "attend: ", name, " is on ", device_name(t->device()),
              ", but attend runs on the cpu only");
-  HG_CHECK(!options.causal || q.size(0) <= k.size(0), "attend: causal attention of T=", q.size(0),
+  // Like tree attention: a single query may have an empty context (its state is empty).
+  HG_CHECK(!options.causal || q.size(0) == 1 || q.size(0) <= k.size(0), "attend: causal attention of T=", q.size(0),
            " queries needs k of shape [S >= ", q.size(0), ", Hkv, d] (the queries are the last T keys), got ",
            k.shape_str());
   return cpu::attend(q, k, v, cpu::softmax_scale(options.scale, k.size(2)), options.causal);
