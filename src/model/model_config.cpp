@@ -1,0 +1,190 @@
+// config.json -> ModelConfig. Both the classic layout (rope_theta + rope_scaling, as on the
+// Hub) and transformers 5's rope_parameters are read.
+#include "model/model_config.h"
+
+#include <fstream>
+
+#include "hydragen/error.h"
+
+namespace hydragen {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kSupportedArchitectures =
+    "LlamaForCausalLM (Llama 2/3/3.1, CodeLlama, Yi), MistralForCausalLM (no sliding window), "
+    "Qwen2ForCausalLM";
+constexpr const char* kSupportedRope = "default, linear, llama3";
+
+std::int64_t get_int(const json& config, const char* key, const std::string& source) {
+  HG_CHECK(config.contains(key), source, ": config has no \"", key, "\"");
+  const json& value = config.at(key);
+  HG_CHECK(value.is_number_integer(), source, ": \"", key, "\" must be an integer, got ", value.dump());
+  const std::int64_t result = value.get<std::int64_t>();
+  HG_CHECK(result > 0, source, ": \"", key, "\" must be positive, got ", result);
+  return result;
+}
+
+double get_number(const json& config, const char* key, double fallback, const std::string& source) {
+  if (!config.contains(key) || config.at(key).is_null()) return fallback;
+  const json& value = config.at(key);
+  HG_CHECK(value.is_number(), source, ": \"", key, "\" must be a number, got ", value.dump());
+  return value.get<double>();
+}
+
+bool get_bool(const json& config, const char* key, bool fallback, const std::string& source) {
+  if (!config.contains(key) || config.at(key).is_null()) return fallback;
+  HG_CHECK(config.at(key).is_boolean(), source, ": \"", key, "\" must be true or false, got ",
+           config.at(key).dump());
+  return config.at(key).get<bool>();
+}
+
+// A token id, or the first of a list of them; -1 when absent.
+std::int64_t get_token_id(const json& config, const char* key) {
+  if (!config.contains(key)) return -1;
+  const json& value = config.at(key);
+  if (value.is_number_integer()) return value.get<std::int64_t>();
+  if (value.is_array() && !value.empty() && value[0].is_number_integer()) return value[0].get<std::int64_t>();
+  return -1;
+}
+
+std::string architecture_of(const json& config, const std::string& source) {
+  if (config.contains("architectures") && config.at("architectures").is_array() &&
+      !config.at("architectures").empty()) {
+    const json& first = config.at("architectures")[0];
+    HG_CHECK(first.is_string(), source, ": \"architectures\" must hold strings");
+    return first.get<std::string>();
+  }
+  const std::string model_type = config.value("model_type", std::string{});
+  if (model_type == "llama") return "LlamaForCausalLM";
+  if (model_type == "mistral") return "MistralForCausalLM";
+  if (model_type == "qwen2") return "Qwen2ForCausalLM";
+  fail(source, ": config has no \"architectures\" and model_type \"", model_type, "\" is not supported; supported: ",
+       kSupportedArchitectures);
+}
+
+// rope_parameters (transformers 5) or rope_theta + rope_scaling (the Hub's configs).
+RopeConfig parse_rope(const json& config, const std::string& source) {
+  RopeConfig rope;
+  const json* scaling = nullptr;
+  if (config.contains("rope_parameters") && config.at("rope_parameters").is_object()) {
+    scaling = &config.at("rope_parameters");
+    rope.theta = get_number(*scaling, "rope_theta", get_number(config, "rope_theta", 10000.0, source), source);
+  } else {
+    rope.theta = get_number(config, "rope_theta", 10000.0, source);
+    if (config.contains("rope_scaling") && !config.at("rope_scaling").is_null()) {
+      scaling = &config.at("rope_scaling");
+      HG_CHECK(scaling->is_object(), source, ": \"rope_scaling\" must be an object or null");
+    }
+  }
+  HG_CHECK(rope.theta > 0, source, ": rope_theta must be positive, got ", rope.theta);
+  if (scaling == nullptr) return rope;
+  std::string type = scaling->value("rope_type", scaling->value("type", std::string{"default"}));
+  if (type == "default") return rope;
+  rope.factor = get_number(*scaling, "factor", 0.0, source);
+  HG_CHECK(rope.factor > 0, source, ": rope scaling \"", type, "\" needs a positive \"factor\"");
+  if (type == "linear") {
+    rope.scaling = RopeScaling::linear;
+  } else if (type == "llama3") {
+    rope.scaling = RopeScaling::llama3;
+    rope.low_freq_factor = get_number(*scaling, "low_freq_factor", 1.0, source);
+    rope.high_freq_factor = get_number(*scaling, "high_freq_factor", 4.0, source);
+    HG_CHECK(rope.high_freq_factor > rope.low_freq_factor, source,
+             ": llama3 rope scaling needs high_freq_factor > low_freq_factor");
+    rope.original_max_position_embeddings = get_int(*scaling, "original_max_position_embeddings", source);
+  } else {
+    fail(source, ": rope scaling type \"", type, "\" is not supported; supported: ", kSupportedRope);
+  }
+  return rope;
+}
+
+// Sliding-window attention is not implemented: a window that never binds is accepted.
+void check_no_sliding_window(const json& config, const ModelConfig& model, const std::string& source) {
+  if (model.architecture == "Qwen2ForCausalLM" && !get_bool(config, "use_sliding_window", false, source)) return;
+  if (!config.contains("sliding_window") || config.at("sliding_window").is_null()) return;
+  const std::int64_t window = get_int(config, "sliding_window", source);
+  HG_CHECK(window >= model.max_position_embeddings, source, ": sliding_window ", window,
+           " < max_position_embeddings ", model.max_position_embeddings,
+           " is not supported (sliding-window attention is not implemented); supported: sliding_window null or >= "
+           "max_position_embeddings");
+}
+
+}  // namespace
+
+const char* rope_scaling_name(RopeScaling scaling) {
+  switch (scaling) {
+    case RopeScaling::none: return "default";
+    case RopeScaling::linear: return "linear";
+    case RopeScaling::llama3: return "llama3";
+  }
+  return "?";
+}
+
+std::int64_t ModelConfig::parameter_count() const {
+  const std::int64_t attention = hidden_size * (q_size() + 2 * kv_size()) + q_size() * hidden_size +
+                                 (qkv_bias ? q_size() + 2 * kv_size() : 0) + (o_bias ? hidden_size : 0);
+  const std::int64_t mlp = 3 * hidden_size * intermediate_size;
+  const std::int64_t layer = attention + mlp + 2 * hidden_size;
+  const std::int64_t embeddings = vocab_size * hidden_size * (tie_word_embeddings ? 1 : 2);
+  return num_layers * layer + embeddings + hidden_size;
+}
+
+ModelConfig parse_model_config(const json& config, const std::string& source) {
+  HG_CHECK(config.is_object(), source, ": config must be a JSON object");
+  ModelConfig model;
+  model.architecture = architecture_of(config, source);
+  const bool llama = model.architecture == "LlamaForCausalLM";
+  const bool mistral = model.architecture == "MistralForCausalLM";
+  const bool qwen2 = model.architecture == "Qwen2ForCausalLM";
+  HG_CHECK(llama || mistral || qwen2, source, ": architecture \"", model.architecture,
+           "\" is not supported; supported: ", kSupportedArchitectures);
+
+  model.vocab_size = get_int(config, "vocab_size", source);
+  model.hidden_size = get_int(config, "hidden_size", source);
+  model.intermediate_size = get_int(config, "intermediate_size", source);
+  model.num_layers = get_int(config, "num_hidden_layers", source);
+  model.num_heads = get_int(config, "num_attention_heads", source);
+  model.num_kv_heads = config.contains("num_key_value_heads") && !config.at("num_key_value_heads").is_null()
+                           ? get_int(config, "num_key_value_heads", source)
+                           : model.num_heads;
+  HG_CHECK(model.num_heads % model.num_kv_heads == 0, source, ": num_attention_heads ", model.num_heads,
+           " must be a multiple of num_key_value_heads ", model.num_kv_heads);
+  if (config.contains("head_dim") && !config.at("head_dim").is_null()) {
+    model.head_dim = get_int(config, "head_dim", source);
+  } else {
+    HG_CHECK(model.hidden_size % model.num_heads == 0, source, ": hidden_size ", model.hidden_size,
+             " is not a multiple of num_attention_heads ", model.num_heads, " and there is no head_dim");
+    model.head_dim = model.hidden_size / model.num_heads;
+  }
+  HG_CHECK(model.head_dim % 2 == 0, source, ": head_dim must be even for RoPE, got ", model.head_dim);
+  model.max_position_embeddings = get_int(config, "max_position_embeddings", source);
+  model.rms_norm_eps = get_number(config, "rms_norm_eps", 1e-6, source);
+  HG_CHECK(model.rms_norm_eps > 0, source, ": rms_norm_eps must be positive");
+  model.rope = parse_rope(config, source);
+  model.tie_word_embeddings = get_bool(config, "tie_word_embeddings", false, source);
+
+  const std::string act = config.value("hidden_act", std::string{"silu"});
+  HG_CHECK(act == "silu", source, ": hidden_act \"", act, "\" is not supported; supported: silu");
+  HG_CHECK(!get_bool(config, "mlp_bias", false, source), source, ": mlp_bias=true is not supported");
+  const bool attention_bias = get_bool(config, "attention_bias", false, source);
+  HG_CHECK(!attention_bias || llama, source, ": attention_bias is only supported for LlamaForCausalLM");
+  model.qkv_bias = qwen2 || attention_bias;
+  model.o_bias = attention_bias;
+  check_no_sliding_window(config, model, source);
+
+  model.bos_token_id = get_token_id(config, "bos_token_id");
+  model.eos_token_id = get_token_id(config, "eos_token_id");
+  return model;
+}
+
+ModelConfig load_model_config(const std::filesystem::path& path) {
+  const std::filesystem::path file = std::filesystem::is_directory(path) ? path / "config.json" : path;
+  std::ifstream in(file);
+  HG_CHECK(in.good(), file.string(), ": cannot open the model config");
+  json config = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  HG_CHECK(!config.is_discarded(), file.string(), ": not valid JSON");
+  return parse_model_config(config, file.string());
+}
+
+}  // namespace hydragen

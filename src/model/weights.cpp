@@ -1,0 +1,105 @@
+#include "model/weights.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/thread_pool.h"
+#include "hydragen/error.h"
+#include "model/counter_rng.h"
+#include "model/safetensors.h"
+
+namespace hydragen {
+
+void for_each_weight(const ModelConfig& config, LlamaWeights& weights, const WeightVisitor& visit) {
+  const std::int64_t hidden = config.hidden_size;
+  const std::int64_t inter = config.intermediate_size;
+  visit("model.embed_tokens.weight", {config.vocab_size, hidden}, weights.embed, WeightInit::matrix);
+  weights.layers.resize(static_cast<std::size_t>(config.num_layers));
+  for (std::int64_t l = 0; l < config.num_layers; ++l) {
+    LayerWeights& layer = weights.layers[static_cast<std::size_t>(l)];
+    const std::string prefix = concat("model.layers.", l, ".");
+    visit(prefix + "input_layernorm.weight", {hidden}, layer.attn_norm, WeightInit::ones);
+    visit(prefix + "self_attn.q_proj.weight", {config.q_size(), hidden}, layer.wq, WeightInit::matrix);
+    visit(prefix + "self_attn.k_proj.weight", {config.kv_size(), hidden}, layer.wk, WeightInit::matrix);
+    visit(prefix + "self_attn.v_proj.weight", {config.kv_size(), hidden}, layer.wv, WeightInit::matrix);
+    visit(prefix + "self_attn.o_proj.weight", {hidden, config.q_size()}, layer.wo, WeightInit::matrix);
+    if (config.qkv_bias) {
+      visit(prefix + "self_attn.q_proj.bias", {config.q_size()}, layer.bq, WeightInit::bias);
+      visit(prefix + "self_attn.k_proj.bias", {config.kv_size()}, layer.bk, WeightInit::bias);
+      visit(prefix + "self_attn.v_proj.bias", {config.kv_size()}, layer.bv, WeightInit::bias);
+    }
+    if (config.o_bias) visit(prefix + "self_attn.o_proj.bias", {hidden}, layer.bo, WeightInit::bias);
+    visit(prefix + "post_attention_layernorm.weight", {hidden}, layer.mlp_norm, WeightInit::ones);
+    visit(prefix + "mlp.gate_proj.weight", {inter, hidden}, layer.w_gate, WeightInit::matrix);
+    visit(prefix + "mlp.up_proj.weight", {inter, hidden}, layer.w_up, WeightInit::matrix);
+    visit(prefix + "mlp.down_proj.weight", {hidden, inter}, layer.w_down, WeightInit::matrix);
+  }
+  visit("model.norm.weight", {hidden}, weights.final_norm, WeightInit::ones);
+  if (!config.tie_word_embeddings) {
+    visit("lm_head.weight", {config.vocab_size, hidden}, weights.lm_head, WeightInit::matrix);
+  }
+}
+
+namespace {
+
+void check_compute_dtype(const char* function, DType dtype) {
+  HG_CHECK(dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16, function, ": dtype ",
+           dtype_name(dtype), " is not a weight dtype, expected f32, f16 or bf16");
+}
+
+void tie_embeddings(const ModelConfig& config, LlamaWeights& weights) {
+  if (config.tie_word_embeddings) weights.lm_head = weights.embed;
+}
+
+}  // namespace
+
+LlamaWeights load_weights(const ModelConfig& config, const Checkpoint& checkpoint, DType dtype) {
+  check_compute_dtype("load_weights", dtype);
+  LlamaWeights weights;
+  for_each_weight(config, weights, [&](const std::string& name, const std::vector<std::int64_t>& shape, Tensor& slot,
+                                       WeightInit) {
+    const Checkpoint::Found found = checkpoint.find(name);
+    HG_CHECK(found.entry != nullptr, checkpoint.dir().string(), ": tensor \"", name,
+             "\" is missing from the checkpoint (", config.architecture, " with ", config.num_layers, " layers",
+             config.qkv_bias ? ", q/k/v bias" : "", ")");
+    HG_CHECK(found.entry->shape == shape, found.file->path().string(), ": tensor \"", name, "\" has shape ",
+             shape_str(found.entry->shape), " but the config expects ", shape_str(shape),
+             " (hidden_size ", config.hidden_size, ", heads ", config.num_heads, "/", config.num_kv_heads,
+             ", head_dim ", config.head_dim, ", intermediate_size ", config.intermediate_size, ", vocab_size ",
+             config.vocab_size, ")");
+    slot = found.file->read(*found.entry, dtype);
+  });
+  tie_embeddings(config, weights);
+  return weights;
+}
+
+LlamaWeights random_weights(const ModelConfig& config, std::uint64_t seed, DType dtype) {
+  check_compute_dtype("random_weights", dtype);
+  LlamaWeights weights;
+  for_each_weight(config, weights, [&](const std::string& name, const std::vector<std::int64_t>& shape, Tensor& slot,
+                                       WeightInit init) {
+    Tensor values = Tensor::empty(shape, DType::f32);
+    float* out = values.data<float>();
+    const std::int64_t n = values.numel();
+    if (init == WeightInit::ones) {
+      std::fill(out, out + n, 1.0f);
+    } else {
+      // Uniform on [-a, a] has std a/sqrt(3).
+      const float std_dev = init == WeightInit::bias ? 0.02f : 1.0f / std::sqrt(static_cast<float>(shape.back()));
+      const float amplitude = std_dev * std::sqrt(3.0f);
+      const std::uint64_t key = stream_key(seed, name_stream(name));
+      constexpr std::int64_t kChunk = 1 << 16;
+      ThreadPool::global().parallel_for((n + kChunk - 1) / kChunk, [&](std::int64_t chunk) {
+        const std::int64_t end = std::min(n, (chunk + 1) * kChunk);
+        for (std::int64_t i = chunk * kChunk; i < end; ++i) {
+          out[i] = amplitude * counter_uniform(key, static_cast<std::uint64_t>(i));
+        }
+      });
+    }
+    slot = dtype == DType::f32 ? values : values.to(dtype);
+  });
+  tie_embeddings(config, weights);
+  return weights;
+}
+
+}  // namespace hydragen
