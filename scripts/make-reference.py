@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""Reference fixtures from independent implementations (transformers, tokenizers,
+sentencepiece), for the CPU tests to assert against. Runs on the GPU machine, which has those
+libraries; CI only reads the committed results.
+
+  python3 scripts/make-reference.py --out DIR [--only model|tokenizer]
+
+DIR/model/<variant>/      see scripts/reference/model.py  -> tests/fixtures/model/
+DIR/tokenizer/<kind>/     see scripts/reference/tokenizer.py -> tests/fixtures/tokenizer/
+A part whose script or libraries are missing is skipped with a message.
+"""
+import argparse
+import json
+import sys
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "reference"))
+
+
+def run_part(name, out):
+    try:
+        if name == "model":
+            from model import make_model_fixtures
+            return make_model_fixtures(out)
+        from tokenizer import make_tokenizer_fixtures
+        return make_tokenizer_fixtures(out)
+    except ImportError as error:
+        print(f"skipping {name}: {error}", file=sys.stderr)
+        return {"skipped": str(error)}
+    except Exception as error:
+        traceback.print_exc()
+        return {"error": repr(error)}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--only", choices=["model", "tokenizer"], help="make one part only")
+    args = parser.parse_args()
+    parts = [args.only] if args.only else ["model", "tokenizer"]
+    summary = {part: run_part(part, Path(args.out) / part) for part in parts}
+    print(json.dumps(summary, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Model reference fixtures for hydragen's forward-pass tests (issue 4).
+
+Builds tiny random Llama-family models with transformers, saves each in the Hugging Face
+layout and records what transformers computes for fixed prompts:
+  tiny-llama    LlamaForCausalLM, GQA 4/2, untied lm_head
+  tiny-qwen2    Qwen2ForCausalLM, q/k/v bias, MQA 4/1, tied embeddings, rope_theta 1e6
+  tiny-llama31  LlamaForCausalLM, rope_scaling llama3 (all three frequency bands), explicit
+                head_dim (q size != hidden), MHA, tied embeddings
+Each folder gets:
+  config.json                 the classic Hub layout (rope_theta + rope_scaling), what we parse
+  config.transformers5.json   the same config as this transformers saves it (rope_parameters)
+  model.safetensors           fp32 weights as transformers reads them (tied lm_head omitted)
+  reference_logits.safetensors  F32 logits.<i> [T_i, vocab] for every position of prompt i
+  reference.json              prompts, greedy continuations (32 tokens, argmax, full
+                              recompute each step), RoPE inv_freq, last-token hidden states
+The reference numbers come from the model re-loaded from the saved files, on the CPU in fp32
+with eager attention, so they are exactly what transformers makes of these files.
+"""
+import json
+import math
+import tempfile
+from pathlib import Path
+
+GREEDY_TOKENS = 32
+SEED = 1234
+
+COMMON = dict(hidden_act="silu", rms_norm_eps=1e-5, vocab_size=512, max_position_embeddings=4096,
+              bos_token_id=1, eos_token_id=2, torch_dtype="float32", initializer_range=0.02)
+VARIANTS = {
+    "tiny-llama": dict(COMMON, architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=64,
+                       intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                       rope_theta=10000.0, rope_scaling=None, tie_word_embeddings=False, attention_bias=False,
+                       mlp_bias=False),
+    "tiny-qwen2": dict(COMMON, architectures=["Qwen2ForCausalLM"], model_type="qwen2", hidden_size=64,
+                       intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1,
+                       rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True, use_sliding_window=False,
+                       sliding_window=4096, max_window_layers=2),
+    "tiny-llama31": dict(COMMON, architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=48, head_dim=16,
+                         intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                         rope_theta=500000.0, tie_word_embeddings=True, attention_bias=False, mlp_bias=False,
+                         rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                           original_max_position_embeddings=1024)),
+}
+
+
+def prompts(vocab):
+    """Fixed prompts: one token, a short one, and two longer pseudo-random ones (an LCG)."""
+    state = 12345
+    def lcg(n):
+        nonlocal state
+        out = []
+        for _ in range(n):
+            state = (state * 1103515245 + 12345) % (1 << 31)
+            out.append(3 + state % (vocab - 3))
+        return out
+    return [[1], [1, 17, 289, 45, 3, 500, 77, 128], [1] + lcg(19), [1] + lcg(29)]
+
+
+def init_weights(model, torch):
+    """Deterministic weights with enough spread that logits are far from ties."""
+    gen = torch.Generator().manual_seed(SEED)
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters()):
+            noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.1 * noise)
+            elif name.endswith(".bias"):
+                p.copy_(0.1 * noise)
+            elif "embed_tokens" in name or name == "lm_head.weight":
+                p.copy_(noise * (3.0 / math.sqrt(p.shape[1])))
+            else:
+                p.copy_(noise / math.sqrt(p.shape[1]))
+
+
+def load_model(folder, transformers):
+    try:
+        return transformers.AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager")
+    except TypeError:
+        return transformers.AutoModelForCausalLM.from_pretrained(folder)
+
+
+def make_variant(name, config, out, torch, transformers, save_file):
+    folder = out / name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    hf_config = transformers.AutoConfig.from_pretrained(folder)
+    try:
+        model = transformers.AutoModelForCausalLM.from_config(hf_config, attn_implementation="eager")
+    except TypeError:
+        model = transformers.AutoModelForCausalLM.from_config(hf_config)
+    model = model.float().eval()
+    init_weights(model, torch)
+    tensors = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
+    if config.get("tie_word_embeddings"):
+        tensors.pop("lm_head.weight", None)
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    with tempfile.TemporaryDirectory() as tmp:
+        hf_config.save_pretrained(tmp)
+        (folder / "config.transformers5.json").write_text((Path(tmp) / "config.json").read_text())
+
+    model = load_model(folder, transformers).float().eval()  # what transformers makes of the files
+    record = dict(variant=name, transformers=transformers.__version__, torch=torch.__version__, seed=SEED,
+                  prompts=prompts(config["vocab_size"]), greedy=[])
+    logits = {}
+    with torch.no_grad():
+        for i, prompt in enumerate(record["prompts"]):
+            out_i = model(input_ids=torch.tensor([prompt]), output_hidden_states=(i == 1))
+            logits[f"logits.{i}"] = out_i.logits[0].float().contiguous()
+            if i == 1:
+                record["hidden_last"] = [h[0, -1].tolist() for h in out_i.hidden_states]
+        for i in (1, 2):
+            tokens = list(record["prompts"][i])
+            margins = []
+            for _ in range(GREEDY_TOKENS):
+                last = model(input_ids=torch.tensor([tokens])).logits[0, -1].float()
+                top = torch.topk(last, 2)
+                margins.append(float(top.values[0] - top.values[1]))
+                tokens.append(int(top.indices[0]))
+            record["greedy"].append(dict(prompt_index=i, tokens=tokens[len(record["prompts"][i]):],
+                                         min_margin=min(margins)))
+        rotary = getattr(model.model, "rotary_emb", None)
+        if rotary is not None and hasattr(rotary, "inv_freq"):
+            record["inv_freq"] = rotary.inv_freq.float().tolist()
+            record["attention_scaling"] = float(getattr(rotary, "attention_scaling", 1.0))
+    save_file(logits, str(folder / "reference_logits.safetensors"))
+    (folder / "reference.json").write_text(json.dumps(record) + "\n")
+    return {"variant": name, "min_margin": min(g["min_margin"] for g in record["greedy"])}
+
+
+def make_model_fixtures(out_dir):
+    """Writes every variant under out_dir; returns a summary. A failing variant is reported,
+    the others still run."""
+    import torch
+    import transformers
+    from safetensors.torch import save_file
+    torch.manual_seed(SEED)
+    out = Path(out_dir)
+    summary = []
+    for name, config in VARIANTS.items():
+        try:
+            summary.append(make_variant(name, config, out, torch, transformers, save_file))
+        except Exception as error:  # keep going: one call of device time makes all of them
+            import traceback
+            traceback.print_exc()
+            summary.append({"variant": name, "error": repr(error)})
+    return summary
+
+
+if __name__ == "__main__":
+    import argparse
+    parser = argparse.ArgumentParser(description="model reference fixtures")
+    parser.add_argument("--out", required=True)
+    print(json.dumps(make_model_fixtures(parser.parse_args().out), indent=2))
