@@ -62,7 +62,7 @@ def plot(report, rows, out_path, title):
     suffixes = sorted({k[1] for k in panels})
     prefixes = sorted({p for series in panels.values() for (_, p) in series})
     colors = {p: plt.cm.viridis(i / max(1, len(prefixes) - 1) * 0.85) for i, p in enumerate(prefixes)}
-    fig, axes = plt.subplots(len(shapes), len(suffixes), figsize=(4.6 * len(suffixes), 3.6 * len(shapes)),
+    fig, axes = plt.subplots(len(shapes), len(suffixes), figsize=(max(8.0, 4.6 * len(suffixes)), 3.4 * len(shapes) + 1.2),
                              squeeze=False, sharex=True)
     for r, shape in enumerate(shapes):
         for c, suffix in enumerate(suffixes):
@@ -91,10 +91,11 @@ def plot(report, rows, out_path, title):
         ax.set_xticks(batches)
         ax.set_xticklabels([str(b) for b in batches])
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8, frameon=False)
-    fig.suptitle(title or f"{report.get('tool', 'bench')}: {report.get('device', '')} "
-                 f"(commit {report.get('git_commit', '?')[:8]}, {report.get('date', '')[:10]})", fontsize=10)
-    fig.tight_layout(rect=(0, 0.08, 1, 0.95))
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
+    fig.suptitle(title or f"{report.get('tool', 'bench')}: speedup over paged\n{report.get('device', '')}, "
+                 f"commit {report.get('git_commit', '?')[:8]}, {report.get('date', '')[:10]}", fontsize=10)
+    legend_rows = (len(labels) + 2) // 3
+    fig.tight_layout(rect=(0, 0.035 * legend_rows + 0.02, 1, 0.93))
     fig.savefig(out_path, dpi=130)
     print(f"wrote {out_path}")
 

@@ -25,7 +25,9 @@ std::string git_commit() {
     pclose(pipe);
   }
   while (!commit.empty() && (commit.back() == '\n' || commit.back() == '\r')) commit.pop_back();
-  return commit.empty() ? "unknown" : commit;
+  // Outside a repository (or in one without commits) git prints "HEAD" or nothing.
+  const bool is_hash = commit.size() == 40 && commit.find_first_not_of("0123456789abcdef") == std::string::npos;
+  return is_hash ? commit : "unknown";
 }
 
 std::string utc_now_iso() {
