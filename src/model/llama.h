@@ -1,0 +1,62 @@
+// The Llama-family forward pass on the CPU in fp32: embedding -> per layer { RMSNorm -> QKV
+// (+bias) -> RoPE -> append K/V -> attention through tree_attention -> O + residual ->
+// RMSNorm -> SwiGLU MLP + residual } -> RMSNorm -> lm_head. It knows nothing of pages or
+// plans: a batch names each sequence's own cache and, optionally, a shared prefix cache,
+// and the step becomes one SharingTree per layer.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "hydragen/attention.h"
+#include "hydragen/tensor.h"
+#include "model/kv_cache.h"
+#include "model/model_config.h"
+#include "model/weights.h"
+
+namespace hydragen {
+
+// One sequence of a forward step: its new tokens are appended to `cache` (its suffix) and
+// attend, causally, to the shared prefix (if any), the cache, and each other.
+struct ForwardSequence {
+  std::span<const std::int32_t> tokens;
+  KvCache* cache = nullptr;
+  int prefix = -1;  // index into ForwardBatch::prefixes, or -1
+};
+
+struct ForwardBatch {
+  std::vector<const KvCache*> prefixes;  // shared, read-only segments (tree roots)
+  std::vector<ForwardSequence> sequences;
+};
+
+struct ForwardOptions {
+  AttentionMode mode = AttentionMode::hydragen;
+  bool all_positions = false;  // logits for every new token, else only each sequence's last
+};
+
+class Llama {
+ public:
+  // Weights must be f32 on the CPU, of the config's shapes (load_weights / random_weights).
+  Llama(ModelConfig config, LlamaWeights weights);
+
+  const ModelConfig& config() const { return config_; }
+  KvCache new_cache() const { return KvCache(config_); }
+
+  // Logits f32: [sum of new tokens, vocab] with all_positions, else [sequences, vocab].
+  Tensor forward(const ForwardBatch& batch, const ForwardOptions& options = {}) const;
+
+  // Logits [tokens, vocab] of a single prompt, every position.
+  Tensor logits(std::span<const std::int32_t> tokens, AttentionMode mode = AttentionMode::hydragen) const;
+
+ private:
+  Tensor attention_block(std::int64_t layer, const Tensor& x, const ForwardBatch& batch,
+                         std::span<const std::int64_t> positions, AttentionMode mode) const;
+  Tensor mlp_block(std::int64_t layer, const Tensor& x) const;
+
+  ModelConfig config_;
+  LlamaWeights weights_;
+  std::vector<float> inv_freq_;
+};
+
+}  // namespace hydragen

@@ -1,0 +1,95 @@
+#include "model/model_ops.h"
+
+#include <cblas.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "hydragen/error.h"
+
+namespace hydragen {
+
+namespace {
+
+void check_f32_matrix(const char* function, const char* name, const Tensor& t) {
+  HG_CHECK(t.defined() && t.rank() == 2 && t.dtype() == DType::f32 && t.device() == Device::cpu &&
+               t.is_contiguous(),
+           function, ": ", name, " must be a contiguous f32 CPU matrix, got ",
+           t.defined() ? t.shape_str() : std::string("undefined"));
+}
+
+void check_same_shape(const char* function, const Tensor& a, const Tensor& b) {
+  check_f32_matrix(function, "the first operand", a);
+  check_f32_matrix(function, "the second operand", b);
+  HG_CHECK(a.shape() == b.shape(), function, ": shapes differ: ", a.shape_str(), " vs ", b.shape_str());
+}
+
+}  // namespace
+
+Tensor embed_rows(const Tensor& table, std::span<const std::int32_t> tokens) {
+  check_f32_matrix("embed_rows", "table", table);
+  const std::int64_t vocab = table.size(0), hidden = table.size(1);
+  Tensor out = Tensor::empty({static_cast<std::int64_t>(tokens.size()), hidden}, DType::f32);
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    HG_CHECK(tokens[i] >= 0 && tokens[i] < vocab, "embed_rows: token ", tokens[i], " at position ", i,
+             " is outside the vocabulary [0, ", vocab, ")");
+    std::memcpy(out.data<float>() + i * hidden, table.data<float>() + tokens[i] * hidden, hidden * sizeof(float));
+  }
+  return out;
+}
+
+Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) {
+  check_f32_matrix("rms_norm", "x", x);
+  const std::int64_t rows = x.size(0), hidden = x.size(1);
+  HG_CHECK(weight.rank() == 1 && weight.size(0) == hidden && weight.dtype() == DType::f32, "rms_norm: weight must be f32 [",
+           hidden, "], got ", weight.shape_str());
+  Tensor out = Tensor::empty({rows, hidden}, DType::f32);
+  const float* w = weight.data<float>();
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* in = x.data<float>() + r * hidden;
+    float* o = out.data<float>() + r * hidden;
+    double sum_squares = 0.0;
+    for (std::int64_t i = 0; i < hidden; ++i) sum_squares += static_cast<double>(in[i]) * in[i];
+    const float inv_rms = static_cast<float>(1.0 / std::sqrt(sum_squares / hidden + eps));
+    for (std::int64_t i = 0; i < hidden; ++i) o[i] = w[i] * (in[i] * inv_rms);
+  }
+  return out;
+}
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  check_f32_matrix("linear", "x", x);
+  check_f32_matrix("linear", "w", w);
+  const std::int64_t rows = x.size(0), in = x.size(1), out_features = w.size(0);
+  HG_CHECK(w.size(1) == in, "linear: w must be [out, ", in, "] for x ", x.shape_str(), ", got ", w.shape_str());
+  Tensor y = Tensor::empty({rows, out_features}, DType::f32);
+  if (rows == 0) return y;
+  float beta = 0.0f;
+  if (bias.defined()) {
+    HG_CHECK(bias.rank() == 1 && bias.size(0) == out_features && bias.dtype() == DType::f32,
+             "linear: bias must be f32 [", out_features, "], got ", bias.shape_str());
+    for (std::int64_t r = 0; r < rows; ++r) {
+      std::memcpy(y.data<float>() + r * out_features, bias.data<float>(), out_features * sizeof(float));
+    }
+    beta = 1.0f;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(out_features),
+              static_cast<int>(in), 1.0f, x.data<float>(), static_cast<int>(in), w.data<float>(), static_cast<int>(in),
+              beta, y.data<float>(), static_cast<int>(out_features));
+  return y;
+}
+
+void silu_mul(Tensor& gate, const Tensor& up) {
+  check_same_shape("silu_mul", gate, up);
+  float* g = gate.data<float>();
+  const float* u = up.data<float>();
+  for (std::int64_t i = 0, n = gate.numel(); i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
+void add_into(Tensor& x, const Tensor& y) {
+  check_same_shape("add_into", x, y);
+  float* a = x.data<float>();
+  const float* b = y.data<float>();
+  for (std::int64_t i = 0, n = x.numel(); i < n; ++i) a[i] += b[i];
+}
+
+}  // namespace hydragen

@@ -1,0 +1,28 @@
+// The CPU fp32 building blocks of the Llama forward pass, on contiguous row-major tensors
+// [rows, features]. Each will have a CUDA twin (bf16) compared against it in a test.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "hydragen/tensor.h"
+
+namespace hydragen {
+
+// Rows of `table` [vocab, hidden] for each token: [tokens, hidden]. Out-of-range ids throw.
+Tensor embed_rows(const Tensor& table, std::span<const std::int32_t> tokens);
+
+// RMSNorm: out = x / sqrt(mean(x^2) + eps) * weight, per row of x [rows, hidden].
+Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps);
+
+// y = x W^T (+ bias): x [rows, in], w [out, in] (PyTorch's Linear layout), bias [out] or
+// undefined. One OpenBLAS sgemm.
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias = {});
+
+// gate = silu(gate) * up, in place; silu(g) = g / (1 + e^-g). Same shapes.
+void silu_mul(Tensor& gate, const Tensor& up);
+
+// x += y, in place (the residual add). Same shapes.
+void add_into(Tensor& x, const Tensor& y);
+
+}  // namespace hydragen

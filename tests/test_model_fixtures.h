@@ -1,0 +1,92 @@
+// Shared by the model tests: where the reference fixtures live, reading them, a scratch
+// directory, and a writer of safetensors files (valid or deliberately broken).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+namespace hydragen::test {
+
+// tests/fixtures/model/, found from this header's own path so any build directory works.
+inline std::filesystem::path model_fixture_dir() {
+  return std::filesystem::path(__FILE__).parent_path() / "fixtures" / "model";
+}
+
+inline nlohmann::json read_json(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+// A fresh empty directory under the system temp dir, removed when the object dies.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& tag) {
+    static int counter = 0;
+    path_ = std::filesystem::temp_directory_path() /
+            ("hydragen_" + tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~ScratchDir() { std::filesystem::remove_all(path_); }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// One tensor for write_safetensors: `bytes` are its data; the header says dtype and shape.
+// offsets, when set, override the data_offsets written (for corrupt files).
+struct RawTensor {
+  std::string name;
+  std::string dtype;
+  std::vector<std::int64_t> shape;
+  std::vector<std::uint8_t> bytes;
+  std::vector<std::int64_t> offsets;
+};
+
+inline RawTensor f32_tensor(const std::string& name, std::vector<std::int64_t> shape, float start = 0.0f) {
+  std::int64_t n = 1;
+  for (std::int64_t s : shape) n *= s;
+  RawTensor t{name, "F32", shape, std::vector<std::uint8_t>(static_cast<std::size_t>(n) * 4), {}};
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float value = start + 0.25f * static_cast<float>(i);
+    std::memcpy(t.bytes.data() + i * 4, &value, 4);
+  }
+  return t;
+}
+
+// The bytes of a safetensors file holding `tensors` in order.
+inline std::vector<std::uint8_t> safetensors_bytes(const std::vector<RawTensor>& tensors) {
+  nlohmann::json header = nlohmann::json::object();
+  std::vector<std::uint8_t> data;
+  for (const RawTensor& t : tensors) {
+    const std::int64_t begin = static_cast<std::int64_t>(data.size());
+    data.insert(data.end(), t.bytes.begin(), t.bytes.end());
+    header[t.name] = {{"dtype", t.dtype},
+                      {"shape", t.shape},
+                      {"data_offsets", t.offsets.empty() ? std::vector<std::int64_t>{begin, begin + (std::int64_t)t.bytes.size()}
+                                                         : t.offsets}};
+  }
+  header["__metadata__"] = {{"format", "pt"}};
+  const std::string text = header.dump();
+  std::vector<std::uint8_t> file(8);
+  const std::uint64_t length = text.size();
+  for (int i = 0; i < 8; ++i) file[i] = static_cast<std::uint8_t>(length >> (8 * i));
+  file.insert(file.end(), text.begin(), text.end());
+  file.insert(file.end(), data.begin(), data.end());
+  return file;
+}
+
+inline void write_file(const std::filesystem::path& path, const std::vector<std::uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+}  // namespace hydragen::test
