@@ -1,0 +1,168 @@
+// config.json parsing for every supported family, the presets, and the errors for what is
+// not supported.
+#include <gtest/gtest.h>
+#include <gmock/gmock.h>
+
+#include <string>
+
+#include "hydragen/error.h"
+#include "model/model_config.h"
+#include "model/presets.h"
+#include "test_model_fixtures.h"
+
+namespace hydragen {
+namespace {
+
+using ::testing::HasSubstr;
+using nlohmann::json;
+
+json llama2_7b() {
+  return json::parse(R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+    "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
+    "vocab_size": 32000, "max_position_embeddings": 4096, "rms_norm_eps": 1e-05, "rope_scaling": null,
+    "rope_theta": 10000.0, "tie_word_embeddings": false, "hidden_act": "silu", "bos_token_id": 1,
+    "eos_token_id": 2})");
+}
+
+std::string error_of(const json& config) {
+  try {
+    parse_model_config(config, "test-config");
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "no error";
+}
+
+TEST(ModelConfig, Llama2) {
+  const ModelConfig c = parse_model_config(llama2_7b(), "llama2");
+  EXPECT_EQ(c.architecture, "LlamaForCausalLM");
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.num_kv_heads, 32);
+  EXPECT_EQ(c.rope.scaling, RopeScaling::none);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_EQ(c.parameter_count(), 6738415616);  // Llama-2-7b
+}
+
+TEST(ModelConfig, Llama31RopeScalingAndEosList) {
+  json config = llama2_7b();
+  config["num_key_value_heads"] = 8;
+  config["rope_theta"] = 500000.0;
+  config["eos_token_id"] = json::array({128001, 128008, 128009});
+  config["rope_scaling"] = {{"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                            {"original_max_position_embeddings", 8192}, {"rope_type", "llama3"}};
+  const ModelConfig c = parse_model_config(config, "llama3.1");
+  EXPECT_EQ(c.rope.scaling, RopeScaling::llama3);
+  EXPECT_EQ(c.rope.factor, 8.0);
+  EXPECT_EQ(c.rope.original_max_position_embeddings, 8192);
+  EXPECT_EQ(c.eos_token_id, 128001);
+  EXPECT_EQ(c.num_heads / c.num_kv_heads, 4);
+}
+
+TEST(ModelConfig, LinearRopeScalingWithLegacyTypeKey) {
+  json config = llama2_7b();
+  config["rope_scaling"] = {{"type", "linear"}, {"factor", 4.0}};
+  const ModelConfig c = parse_model_config(config, "linear");
+  EXPECT_EQ(c.rope.scaling, RopeScaling::linear);
+  EXPECT_EQ(c.rope.factor, 4.0);
+}
+
+TEST(ModelConfig, MistralWithoutBindingSlidingWindow) {
+  json config = llama2_7b();
+  config["architectures"] = {"MistralForCausalLM"};
+  config["num_key_value_heads"] = 8;
+  config["max_position_embeddings"] = 32768;
+  config["sliding_window"] = nullptr;
+  EXPECT_EQ(parse_model_config(config, "mistral").architecture, "MistralForCausalLM");
+  config["sliding_window"] = 32768;
+  EXPECT_NO_THROW(parse_model_config(config, "mistral"));
+  config["sliding_window"] = 4096;
+  EXPECT_THAT(error_of(config), HasSubstr("sliding_window 4096"));
+}
+
+TEST(ModelConfig, Qwen2HasQkvBias) {
+  json config = llama2_7b();
+  config["architectures"] = {"Qwen2ForCausalLM"};
+  config["use_sliding_window"] = false;
+  config["sliding_window"] = 1024;  // ignored while use_sliding_window is false
+  const ModelConfig c = parse_model_config(config, "qwen2");
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_FALSE(c.o_bias);
+  config["use_sliding_window"] = true;
+  EXPECT_THAT(error_of(config), HasSubstr("sliding_window"));
+}
+
+TEST(ModelConfig, MqaAndExplicitHeadDim) {
+  json config = llama2_7b();
+  config["num_key_value_heads"] = 1;
+  config["head_dim"] = 256;
+  const ModelConfig c = parse_model_config(config, "mqa");
+  EXPECT_EQ(c.head_dim, 256);
+  EXPECT_EQ(c.q_size(), 32 * 256);
+  EXPECT_EQ(c.kv_size(), 256);
+}
+
+TEST(ModelConfig, FixtureConfigsInBothLayoutsAgree) {
+  for (const char* variant : {"tiny-llama", "tiny-qwen2", "tiny-llama31"}) {
+    const auto dir = test::model_fixture_dir() / variant;
+    const ModelConfig classic = load_model_config(dir);
+    const ModelConfig v5 = load_model_config(dir / "config.transformers5.json");  // rope_parameters
+    EXPECT_EQ(classic.rope.theta, v5.rope.theta) << variant;
+    EXPECT_EQ(classic.rope.scaling, v5.rope.scaling) << variant;
+    EXPECT_EQ(classic.rope.factor, v5.rope.factor) << variant;
+    EXPECT_EQ(classic.head_dim, v5.head_dim) << variant;
+    EXPECT_EQ(classic.qkv_bias, v5.qkv_bias) << variant;
+    EXPECT_EQ(classic.tie_word_embeddings, v5.tie_word_embeddings) << variant;
+  }
+}
+
+TEST(ModelConfig, UnsupportedIsAClearError) {
+  json config = llama2_7b();
+  config["architectures"] = {"GPT2LMHeadModel"};
+  EXPECT_THAT(error_of(config), HasSubstr("\"GPT2LMHeadModel\" is not supported; supported: LlamaForCausalLM"));
+  config = llama2_7b();
+  config["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
+  EXPECT_THAT(error_of(config), HasSubstr("\"dynamic\" is not supported; supported: default, linear, llama3"));
+  config = llama2_7b();
+  config["hidden_act"] = "gelu";
+  EXPECT_THAT(error_of(config), HasSubstr("hidden_act \"gelu\""));
+  config = llama2_7b();
+  config["num_key_value_heads"] = 5;
+  EXPECT_THAT(error_of(config), HasSubstr("multiple of num_key_value_heads 5"));
+  config = llama2_7b();
+  config.erase("hidden_size");
+  EXPECT_THAT(error_of(config), HasSubstr("no \"hidden_size\""));
+  config = llama2_7b();
+  config["mlp_bias"] = true;
+  EXPECT_THAT(error_of(config), HasSubstr("mlp_bias"));
+  EXPECT_THAT(error_of(json::array()), HasSubstr("JSON object"));
+}
+
+TEST(ModelPresets, AllLoadWithTheirRealSizes) {
+  const std::vector<std::string> expected{"codellama-13b", "codellama-34b", "codellama-7b",
+                                          "llama-3-8b",    "tiny",          "yi-6b-200k"};
+  EXPECT_EQ(preset_names(), expected);
+  // Parameter counts of the published checkpoints, in billions.
+  const std::pair<const char*, double> sizes[] = {{"codellama-7b", 6.74}, {"codellama-13b", 13.02},
+                                                  {"codellama-34b", 33.74}, {"llama-3-8b", 8.03},
+                                                  {"yi-6b-200k", 6.06}};
+  for (const auto& [name, billions] : sizes) {
+    const ModelConfig c = load_preset(name);
+    EXPECT_NEAR(static_cast<double>(c.parameter_count()) / 1e9, billions, 0.01) << name;
+  }
+  EXPECT_EQ(load_preset("codellama-7b").rope.theta, 1e6);
+  EXPECT_EQ(load_preset("yi-6b-200k").max_position_embeddings, 200000);
+  EXPECT_LT(load_preset("tiny").parameter_count() * 4, 16 << 20);  // a few MB
+}
+
+TEST(ModelPresets, UnknownNameListsTheKnownOnes) {
+  try {
+    load_preset("llama-99b");
+    FAIL() << "no error";
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("codellama-13b"));
+    EXPECT_THAT(error.what(), HasSubstr("\"llama-99b\""));
+  }
+}
+
+}  // namespace
+}  // namespace hydragen
