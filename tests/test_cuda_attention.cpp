@@ -191,17 +191,19 @@ TEST(CudaAttention, GraphReplayFollowsTheUploadedPlan) {
   shape.max_query_tokens = 2;
   const std::int64_t hq = 8, d = 128, page = 64;
   const SharingTree trees[2] = {random_tree(shape, DType::bf16, rng), random_tree(shape, DType::bf16, rng)};
+  const attn::PlanOptions plan_options = cuda::plan_options_for_device(DType::bf16, d, AttentionMode::hydragen, true);
   cuda::PagedTreeImage images[2];
   attn::AttentionPlan plans[2];
   std::int64_t pool_elems = 8, rows = 1;
   for (int i = 0; i < 2; ++i) {
     images[i] = cuda::page_tree(trees[i], hq, DType::bf16, page, false);
-    plans[i] = attn::build_attention_plan(images[i].layout);
+    plans[i] = attn::build_attention_plan(images[i].layout, plan_options);
     pool_elems = std::max<std::int64_t>(pool_elems, images[i].k.size());
     rows = std::max(rows, trees[i].query_rows());
   }
   cuda::PagedAttentionRunner runner(DType::bf16, d, hq, 1,
-                                    cuda::PlanCapacity::of(plans[0]).max(cuda::PlanCapacity::of(plans[1])));
+                                    cuda::PlanCapacity::of(plans[0]).max(cuda::PlanCapacity::of(plans[1])),
+                                    plan_options.shared_tile_rows);
   Tensor k_pool = Tensor::empty({pool_elems}, DType::bf16, Device::cuda);
   Tensor v_pool = Tensor::empty({pool_elems}, DType::bf16, Device::cuda);
   Tensor q = Tensor::empty({rows, hq, d}, DType::bf16, Device::cuda);

@@ -44,7 +44,7 @@ void check_coverage(const PagedLayout& layout, const AttentionPlan& plan) {
   std::map<std::int64_t, int> writes;
   auto visit = [&](const std::vector<PlanItem>& items) {
     for (const PlanItem& it : items) {
-      ASSERT_LE(it.row_count, it.group < 0 ? kSharedTileRows : kSuffixTileRows);
+      ASSERT_LE(it.row_count, it.group < 0 ? 128 : kSuffixTileRows);
       for (int r = 0; r < it.row_count; ++r) {
         const PlanRow& row = plan.rows[it.row_begin + r];
         ++writes[row.state_base + std::int64_t{it.column} * row.state_stride + it.kv_head * g + row.group];
@@ -91,7 +91,8 @@ TEST(PagedPlan, RandomTreesReadEveryKeyOnce) {
     for (AttentionMode mode : {AttentionMode::hydragen, AttentionMode::paged}) {
       PlanOptions options;
       options.mode = mode;
-      options.target_items = trial % 3 == 0 ? 4096 : 8;  // with and without split-KV
+      options.shared_slots = options.suffix_slots = trial % 3 == 0 ? 1 : 300;  // with and without split-KV
+      options.shared_tile_rows = trial % 2 ? 64 : 128;
       const AttentionPlan plan = build_attention_plan(layout, options);
       if (mode == AttentionMode::paged) EXPECT_TRUE(plan.shared_items.empty());
       SCOPED_TRACE(::testing::Message() << "trial " << trial << " mode " << mode_name(mode));

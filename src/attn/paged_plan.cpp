@@ -51,18 +51,28 @@ int append_pieces(std::vector<PlanPiece>& pieces, std::int32_t page_offset, std:
   return count;
 }
 
-// Split count for a range of `tokens` keys when the base work is `base_items` items.
-int splits_for(std::int64_t tokens, std::int64_t base_items, int target_items) {
-  if (tokens <= 0 || base_items >= target_items) return 1;
-  const std::int64_t want = ceil_div(target_items, std::max<std::int64_t>(base_items, 1));
-  const std::int64_t most = std::max<std::int64_t>(1, tokens / kMinSplitTokens);
-  return static_cast<int>(std::clamp<std::int64_t>(std::min(want, most), 1, kMaxSplits));
+// Split count for a range of `tokens` keys when the kernel's unsplit work is `base_items`
+// items on `slots` resident blocks: the fewest splits that fill the waves best.
+int splits_for(std::int64_t tokens, std::int64_t base_items, int slots) {
+  if (tokens <= 0 || base_items <= 0 || base_items >= slots) return 1;
+  auto fill = [&](std::int64_t s) {
+    const std::int64_t items = base_items * s;
+    return double(items) / double(ceil_div(items, slots) * slots);
+  };
+  const std::int64_t most = std::min<std::int64_t>({std::max<std::int64_t>(1, tokens / kMinSplitTokens), kMaxSplits,
+                                                    ceil_div(2 * std::int64_t{slots}, base_items)});
+  std::int64_t best = 1;
+  for (std::int64_t s = 2; s <= most; ++s)
+    if (fill(s) > fill(best) + 0.02) best = s;
+  return static_cast<int>(best);
 }
 
 }  // namespace
 
 AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions& options) {
   validate_layout(layout);
+  HG_CHECK(options.shared_tile_rows == 64 || options.shared_tile_rows == 128,
+           "build_attention_plan: shared_tile_rows must be 64 or 128, got ", options.shared_tile_rows);
   const int num_segments = static_cast<int>(layout.segments.size());
   const int num_sequences = static_cast<int>(layout.sequences.size());
   const int hkv = layout.kv_heads, hq = layout.q_heads, groups = hq / hkv;
@@ -108,11 +118,11 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
     stacked[i] = options.mode == AttentionMode::hydragen && seg.tokens > 0 &&
                  seg.tokens >= options.min_segment_tokens_to_stack &&
                  static_cast<int>(readers[i].size()) >= std::max(1, options.min_sharers_to_stack);
-    if (stacked[i]) shared_base_items += hkv * ceil_div(rows_below[i], kSharedTileRows);
+    if (stacked[i]) shared_base_items += hkv * ceil_div(rows_below[i], options.shared_tile_rows);
   }
   std::vector<int> seg_splits(num_segments, 0);
   for (int i = 0; i < num_segments; ++i)
-    if (stacked[i]) seg_splits[i] = splits_for(layout.segments[i].tokens, shared_base_items, options.target_items);
+    if (stacked[i]) seg_splits[i] = splits_for(layout.segments[i].tokens, shared_base_items, options.shared_slots);
 
   // Per sequence: shared columns, own keys, suffix splits, partial-state region.
   std::vector<int> shared_columns(num_sequences, 0), own_splits(num_sequences, 1), columns(num_sequences);
@@ -137,7 +147,7 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
   }
   for (int s = 0; s < num_sequences; ++s) {
     const auto& seq = layout.sequences[s];
-    own_splits[s] = splits_for(own_tokens[s], suffix_base_items, options.target_items);
+    own_splits[s] = splits_for(own_tokens[s], suffix_base_items, options.suffix_slots);
     columns[s] = shared_columns[s] + own_splits[s];
     plan.max_columns = std::max(plan.max_columns, columns[s]);
     state_base[s] = plan.state_entries;
@@ -182,7 +192,7 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
     for (int s : readers[i]) append_rows(s);
     const int piece_begin = static_cast<int>(plan.pieces.size());
     const int count = append_pieces(plan.pieces, seg_page_offset[i], layout.segments[i].tokens, seg_position[i]);
-    emit_items(plan.shared_items, row_begin, rows_below[i], kSharedTileRows, piece_begin, count, seg_splits[i],
+    emit_items(plan.shared_items, row_begin, rows_below[i], options.shared_tile_rows, piece_begin, count, seg_splits[i],
                seg_column[i], false);
   }
   // Suffix items: one sequence's folded segments and suffix x its own rows.

@@ -22,7 +22,7 @@ namespace hydragen::attn {
 
 // Keys per piece: the kernels' K/V block. Both kernels use it.
 inline constexpr int kBlockTokens = 64;
-inline constexpr int kSharedTileRows = 64;  // query rows per shared item (4 warps x 16)
+inline constexpr int kSharedTileRows = 128;  // default query rows per shared item (8 warps x 16)
 inline constexpr int kSuffixTileRows = 16;  // query rows per suffix item (one mma row tile)
 
 // Dispatch: a segment is stacked (attended once by all sequences below it) only when it is
@@ -33,9 +33,12 @@ inline constexpr int kSuffixTileRows = 16;  // query rows per suffix item (one m
 // docs/perf-notes.md.
 inline constexpr int kMinSharersToStack = 2;
 inline constexpr std::int64_t kMinSegmentTokensToStack = 64;
-// Split-KV: keep splitting long ranges until a kernel has this many items (2 waves of
-// 132 SMs), never below kMinSplitTokens keys per split.
-inline constexpr int kTargetItems = 264;
+// Split-KV: a kernel's items run on a persistent grid of `slots` resident blocks; long
+// ranges are split so the items fill whole waves of slots (never below kMinSplitTokens keys
+// per split). The defaults are the H200's (132 SMs x blocks per SM); the CUDA backend
+// passes the device's own counts.
+inline constexpr int kSharedSlots = 264;
+inline constexpr int kSuffixSlots = 396;
 inline constexpr std::int64_t kMinSplitTokens = 512;
 inline constexpr int kMaxSplits = 64;
 
@@ -105,7 +108,9 @@ struct PlanOptions {
   // Stacking rule (tests override these to force both paths).
   int min_sharers_to_stack = kMinSharersToStack;
   std::int64_t min_segment_tokens_to_stack = kMinSegmentTokensToStack;
-  int target_items = kTargetItems;
+  int shared_slots = kSharedSlots;
+  int suffix_slots = kSuffixSlots;
+  int shared_tile_rows = kSharedTileRows;  // 64 or 128 (16 rows per warp)
 };
 
 // Validates the layout (parents, page counts) and builds the plan.

@@ -97,15 +97,14 @@ AttentionState tree_attention(const SharingTree& tree, const Tensor& q, const Tr
            " does not match the tree (Hkv ", hkv, ", d ", tree.head_dim(), ")");
   HG_CHECK(supported_head_dim(static_cast<int>(d)), "cuda::tree_attention: head_dim ", d,
            " is not supported on CUDA (supported: 64, 128)");
-  HG_CHECK(page_size > 0 && page_size % 16 == 0, "cuda::tree_attention: page_size must be a multiple of 16, got ",
+  HG_CHECK(page_size >= 16 && (page_size & (page_size - 1)) == 0, "cuda::tree_attention: page_size must be a power of two >= 16, got ",
            page_size);
   if (rows == 0) return AttentionState::empty(0, hq, d);
 
   PagedTreeImage image = page_tree(tree, hq, q.dtype(), page_size, options.mode == AttentionMode::dense);
   const attn::PagedLayout& layout = image.layout;
-  attn::PlanOptions plan_options;
-  plan_options.mode = options.mode;
-  plan_options.causal = options.causal;
+  const attn::PlanOptions plan_options =
+      plan_options_for_device(q.dtype(), static_cast<int>(d), options.mode, options.causal);
   const attn::AttentionPlan plan = attn::build_attention_plan(layout, plan_options);
 
   const std::int64_t pool_elems = std::max<std::int64_t>(image.k.size(), 8);
@@ -121,7 +120,7 @@ AttentionState tree_attention(const SharingTree& tree, const Tensor& q, const Tr
   HG_CUDA_CHECK(cudaMemset(out_lse.raw(), 0xff, out_lse.bytes()));
 
   PagedAttentionRunner runner(q.dtype(), static_cast<int>(d), static_cast<int>(hq), static_cast<int>(hkv),
-                              PlanCapacity::of(plan));
+                              PlanCapacity::of(plan), plan_options.shared_tile_rows);
   runner.upload(plan);
   runner.poison_states();
   PagedAttentionArgs args;

@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <vector>
 
 #include "attn/paged_plan.h"
@@ -52,7 +53,10 @@ AttentionBenchTiming time_step(Step&& step, int warmup, int repeats) {
   for (int i = 0; i < warmup; ++i) step();
   std::vector<double> ms;
   for (int i = 0; i < std::max(repeats, 1); ++i) {
-    HG_CUDA_CHECK(cudaMemsetAsync(flush.p, i & 0xff, kFlushBytes));
+    // HYDRAGEN_BENCH_NO_FLUSH=1 keeps L2 warm (to separate flush effects in perf notes).
+    static const bool flush_l2 = std::getenv("HYDRAGEN_BENCH_NO_FLUSH") == nullptr;
+    if (flush_l2) HG_CUDA_CHECK(cudaMemsetAsync(flush.p, i & 0xff, kFlushBytes));
+    HG_CUDA_CHECK(cudaStreamSynchronize(nullptr));
     HG_CUDA_CHECK(cudaEventRecord(start));
     step();
     HG_CUDA_CHECK(cudaEventRecord(stop));
@@ -159,8 +163,7 @@ AttentionBenchTiming bench_attention(const AttentionBenchCase& bc) {
     timing.skip_reason = concat("out of memory: ", bc.mode, " needs ", 2 * pool_bytes / 1000000000, " GB of K/V");
     return timing;
   }
-  attn::PlanOptions options;
-  options.mode = mode;
+  const attn::PlanOptions options = plan_options_for_device(bc.dtype, bc.head_dim, mode, true);
   const attn::AttentionPlan plan = attn::build_attention_plan(layout, options);
 
   const std::int64_t rows = std::int64_t{bc.batch} * bc.query_tokens;
@@ -169,7 +172,8 @@ AttentionBenchTiming bench_attention(const AttentionBenchCase& bc) {
   fill(k_pool.p, pool_bytes / 2, 11);
   fill(v_pool.p, pool_bytes / 2, 12);
   fill(q.p, q_elems, 13);
-  PagedAttentionRunner runner(bc.dtype, bc.head_dim, bc.heads, bc.kv_heads, PlanCapacity::of(plan));
+  PagedAttentionRunner runner(bc.dtype, bc.head_dim, bc.heads, bc.kv_heads, PlanCapacity::of(plan),
+                              options.shared_tile_rows);
   runner.upload(plan);
   PagedAttentionArgs args;
   args.q = q.p, args.k_pool = k_pool.p, args.v_pool = v_pool.p, args.out = out.p;

@@ -34,7 +34,7 @@ struct PagedAttentionParams {
   StateBuffer states;
   void* out;       // [query_rows, Hq, D]
   float* out_lse;  // [query_rows, Hq]
-  int page_size, kv_heads, q_heads;
+  int page_size, page_shift, kv_heads, q_heads;  // page_size = 1 << page_shift
   float scale_log2;
 };
 
@@ -65,8 +65,8 @@ __device__ __forceinline__ void load_piece(const PagedAttentionParams& p, const 
     std::int64_t off = 0;
     if (valid) {
       const int tok = piece.token_begin + key;
-      const std::int64_t page = __ldg(p.pages + piece.page_offset + tok / p.page_size);
-      off = ((page * p.page_size + tok % p.page_size) * p.kv_heads + kv_head) * D + c * 8;
+      const std::int64_t page = __ldg(p.pages + piece.page_offset + (tok >> p.page_shift));
+      off = (((page << p.page_shift) + (tok & (p.page_size - 1))) * p.kv_heads + kv_head) * D + c * 8;
     }
     ptx::cp_async_16(sk + key * Tile::kStride + c * 8, kp + off, valid);
     ptx::cp_async_16(sv + key * Tile::kStride + c * 8, vp + off, valid);
@@ -256,17 +256,21 @@ __global__ void __launch_bounds__(32 * WM * WN) paged_attention_kernel(const Pag
 
     // Suffix items: the last of a merge group merges every column of its rows.
     if (it.group >= 0) {
-      __threadfence();
+      // One thread releases the block's writes (ordered before it by the barrier) and takes
+      // a ticket, as cooperative groups' grid sync does.
       __syncthreads();
       if (threadIdx.x == 0) {
         const attn::PlanMergeGroup g = p.groups[it.group];
+        asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
         const int before = atomicAdd(p.group_arrivals + it.group, 1);
         s_last = before == g.items - 1;
-        if (s_last) p.group_arrivals[it.group] = 0;  // ready for the next launch
+        if (s_last) {
+          p.group_arrivals[it.group] = 0;  // ready for the next launch
+          asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+        }
       }
       __syncthreads();
       if (s_last) {
-        __threadfence();
         const int columns = p.groups[it.group].columns;
         for (int id = threadIdx.x; id < it.row_count * (D / 4); id += Tile::kThreads) {
           const int r = id / (D / 4), c = (id % (D / 4)) * 4;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/paged_attention.cuh"
@@ -37,17 +38,20 @@ struct KernelPair {
 };
 
 template <class T, int D>
-KernelPair kernels_for() {
+KernelPair kernels_for(int shared_tile_rows) {
+  if (shared_tile_rows == 128) return {launch<T, D, 8, 1>, launch<T, D, 1, 4>, prepare<T, D, 8, 1>(), prepare<T, D, 1, 4>()};
   return {launch<T, D, 4, 1>, launch<T, D, 1, 4>, prepare<T, D, 4, 1>(), prepare<T, D, 1, 4>()};
 }
 
-KernelPair select_kernels(DType dtype, int head_dim) {
+KernelPair select_kernels(DType dtype, int head_dim, int shared_tile_rows) {
+  HG_CHECK(shared_tile_rows == 64 || shared_tile_rows == 128, "paged attention: shared_tile_rows must be 64 or 128");
   HG_CHECK(dtype == DType::bf16 || dtype == DType::f16, "paged attention: dtype must be bf16 or f16, got ",
            dtype_name(dtype));
   HG_CHECK(supported_head_dim(head_dim), "paged attention: head_dim ", head_dim,
            " is not supported on CUDA (supported: 64, 128)");
-  if (dtype == DType::bf16) return head_dim == 64 ? kernels_for<__nv_bfloat16, 64>() : kernels_for<__nv_bfloat16, 128>();
-  return head_dim == 64 ? kernels_for<__half, 64>() : kernels_for<__half, 128>();
+  const int r = shared_tile_rows;
+  if (dtype == DType::bf16) return head_dim == 64 ? kernels_for<__nv_bfloat16, 64>(r) : kernels_for<__nv_bfloat16, 128>(r);
+  return head_dim == 64 ? kernels_for<__half, 64>(r) : kernels_for<__half, 128>(r);
 }
 
 template <class E>
@@ -64,9 +68,29 @@ void copy_to(E* dst, const std::vector<E>& src, std::int64_t capacity, const cha
   if (!src.empty()) HG_CUDA_CHECK(cudaMemcpy(dst, src.data(), src.size() * sizeof(E), cudaMemcpyHostToDevice));
 }
 
+int multiprocessors() {
+  int device = 0, sms = 0;
+  HG_CUDA_CHECK(cudaGetDevice(&device));
+  HG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
 }  // namespace
 
 bool supported_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128; }
+
+attn::PlanOptions plan_options_for_device(DType dtype, int head_dim, AttentionMode mode, bool causal) {
+  attn::PlanOptions options;
+  options.mode = mode;
+  options.causal = causal;
+  if (const char* env = std::getenv("HYDRAGEN_SHARED_TILE_ROWS")) options.shared_tile_rows = std::atoi(env);
+  const KernelPair k = select_kernels(dtype, head_dim, options.shared_tile_rows);
+  const int sms = multiprocessors();
+  options.shared_slots = sms * k.shared_blocks_per_sm;
+  options.suffix_slots = sms * k.suffix_blocks_per_sm;
+  return options;
+}
+
 
 PlanCapacity PlanCapacity::of(const attn::AttentionPlan& plan) {
   return {static_cast<std::int64_t>(plan.pages.size()), static_cast<std::int64_t>(plan.pieces.size()),
@@ -100,16 +124,14 @@ struct PagedAttentionRunner::Impl {
 };
 
 PagedAttentionRunner::PagedAttentionRunner(DType dtype, int head_dim, int q_heads, int kv_heads,
-                                           const PlanCapacity& capacity)
+                                           const PlanCapacity& capacity, int shared_tile_rows)
     : impl_(std::make_unique<Impl>()) {
   HG_CHECK(kv_heads > 0 && q_heads % kv_heads == 0, "PagedAttentionRunner: q_heads (", q_heads,
            ") must be a multiple of kv_heads (", kv_heads, ")");
   Impl& m = *impl_;
   m.dtype = dtype, m.head_dim = head_dim, m.q_heads = q_heads, m.kv_heads = kv_heads, m.capacity = capacity;
-  m.kernels = select_kernels(dtype, head_dim);
-  int device = 0, sms = 0;
-  HG_CUDA_CHECK(cudaGetDevice(&device));
-  HG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  m.kernels = select_kernels(dtype, head_dim, shared_tile_rows);
+  const int sms = multiprocessors();
   // Persistent grids: the item count is read on the device, so the launch shape is fixed.
   m.shared_grid = static_cast<int>(std::min<std::int64_t>(capacity.shared_items, sms * m.kernels.shared_blocks_per_sm));
   m.suffix_grid = static_cast<int>(std::min<std::int64_t>(capacity.suffix_items, sms * m.kernels.suffix_blocks_per_sm));
@@ -166,6 +188,9 @@ void PagedAttentionRunner::run(const PagedAttentionArgs& args, void* stream, boo
   p.group_arrivals = m.arrivals;
   p.states = {m.state_o, m.state_lse};
   p.out = args.out, p.out_lse = args.out_lse;
+  HG_CHECK(args.page_size > 0 && (args.page_size & (args.page_size - 1)) == 0,
+           "PagedAttentionRunner::run: page_size must be a power of two, got ", args.page_size);
+  p.page_shift = __builtin_ctz(static_cast<unsigned>(args.page_size));
   p.page_size = args.page_size, p.kv_heads = m.kv_heads, p.q_heads = m.q_heads;
   const float scale = args.scale > 0 ? args.scale : 1.f / std::sqrt(static_cast<float>(m.head_dim));
   p.scale_log2 = scale * 1.4426950408889634f;

@@ -34,9 +34,16 @@ struct PagedAttentionArgs {
 // Head dims with compiled kernels; others throw from the runner's constructor.
 bool supported_head_dim(int head_dim);
 
+// Plan options for this device: its resident blocks per kernel (the split-KV rule fills
+// whole waves of them) and the shared kernel's tile rows (HYDRAGEN_SHARED_TILE_ROWS = 64 or
+// 128 overrides the default).
+attn::PlanOptions plan_options_for_device(DType dtype, int head_dim, AttentionMode mode, bool causal);
+
 class PagedAttentionRunner {
  public:
-  PagedAttentionRunner(DType dtype, int head_dim, int q_heads, int kv_heads, const PlanCapacity& capacity);
+  // shared_tile_rows must match the plan's (PlanOptions::shared_tile_rows).
+  PagedAttentionRunner(DType dtype, int head_dim, int q_heads, int kv_heads, const PlanCapacity& capacity,
+                       int shared_tile_rows = attn::kSharedTileRows);
   ~PagedAttentionRunner();
   PagedAttentionRunner(const PagedAttentionRunner&) = delete;
   PagedAttentionRunner& operator=(const PagedAttentionRunner&) = delete;
