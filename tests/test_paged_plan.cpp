@@ -94,7 +94,9 @@ TEST(PagedPlan, RandomTreesReadEveryKeyOnce) {
       options.shared_slots = options.suffix_slots = trial % 3 == 0 ? 1 : 300;  // with and without split-KV
       options.shared_tile_rows = trial % 2 ? 64 : 128;
       const AttentionPlan plan = build_attention_plan(layout, options);
-      if (mode == AttentionMode::paged) EXPECT_TRUE(plan.shared_items.empty());
+      if (mode == AttentionMode::paged) {
+        EXPECT_TRUE(plan.shared_items.empty());
+      }
       SCOPED_TRACE(::testing::Message() << "trial " << trial << " mode " << mode_name(mode));
       check_coverage(layout, plan);
     }
