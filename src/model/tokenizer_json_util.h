@@ -1,0 +1,62 @@
+// Reading tokenizer.json fields with errors that name the field ("model.merges[3]") instead of
+// nlohmann's generic type errors.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "hydragen/error.h"
+
+namespace hydragen::tok {
+
+using Json = nlohmann::json;
+
+inline const Json& require_field(const Json& obj, const char* key, const std::string& where) {
+  HG_CHECK(obj.is_object(), where, " must be a JSON object, got ", obj.type_name());
+  auto it = obj.find(key);
+  HG_CHECK(it != obj.end(), where, ".", key, " is missing");
+  return *it;
+}
+
+inline std::string require_string(const Json& obj, const char* key, const std::string& where) {
+  const Json& v = require_field(obj, key, where);
+  HG_CHECK(v.is_string(), where, ".", key, " must be a string, got ", v.type_name());
+  return v.get<std::string>();
+}
+
+// The field when present and not null, else fallback.
+template <class T>
+T optional_field(const Json& obj, const char* key, const T& fallback, const std::string& where) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return fallback;
+  try {
+    return it->get<T>();
+  } catch (const Json::exception&) {
+    fail(where, ".", key, " has the wrong type (", it->type_name(), ")");
+  }
+}
+
+// The "type" tag of a normalizer / pre-tokenizer / decoder / model object.
+inline std::string type_tag(const Json& obj, const std::string& where) {
+  return require_string(obj, "type", where);
+}
+
+// A pattern object {"String": s} or {"Regex": r}.
+struct Pattern {
+  std::string text;
+  bool is_regex = false;
+};
+
+inline Pattern read_pattern(const Json& obj, const std::string& where) {
+  const Json& p = require_field(obj, "pattern", where);
+  if (p.is_object() && p.contains("String") && p["String"].is_string()) {
+    return {p["String"].get<std::string>(), false};
+  }
+  if (p.is_object() && p.contains("Regex") && p["Regex"].is_string()) {
+    return {p["Regex"].get<std::string>(), true};
+  }
+  fail(where, ".pattern must be {\"String\": ...} or {\"Regex\": ...}");
+}
+
+}  // namespace hydragen::tok

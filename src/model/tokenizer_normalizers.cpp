@@ -1,0 +1,113 @@
+// Normalizers of tokenizer.json. Llama 2 / CodeLlama use Sequence[Prepend("▁"),
+// Replace(" " -> "▁")]; Unicode normal forms (NFC, NFKC, ...) are not supported.
+#include "model/tokenizer_components.h"
+#include "model/tokenizer_regex.h"
+#include "model/tokenizer_utf8.h"
+
+namespace hydragen::tok {
+
+Replacer::Replacer(const Json& j, const std::string& where)
+    : pattern_(read_pattern(j, where)), content_(require_string(j, "content", where)) {
+  if (pattern_.is_regex) regex_ = std::make_unique<Regex>(pattern_.text);
+}
+
+Replacer::~Replacer() = default;
+
+void Replacer::apply(std::string& text) const {
+  if (!regex_) {
+    replace_all(text, pattern_.text, content_);
+    return;
+  }
+  std::string out;
+  std::size_t pos = 0;
+  for (auto [begin, end] : regex_->find_all(text)) {
+    out.append(text, pos, begin - pos);
+    out += content_;
+    pos = end;
+  }
+  out.append(text, pos, std::string::npos);
+  text = std::move(out);
+}
+
+namespace {
+
+class PrependNormalizer final : public Normalizer {
+ public:
+  explicit PrependNormalizer(std::string prefix) : prefix_(std::move(prefix)) {}
+  void normalize(std::string& text) const override {
+    if (!text.empty()) text.insert(0, prefix_);  // empty pieces stay empty
+  }
+
+ private:
+  std::string prefix_;
+};
+
+class ReplaceNormalizer final : public Normalizer {
+ public:
+  ReplaceNormalizer(const Json& j, const std::string& where) : replacer_(j, where) {}
+  void normalize(std::string& text) const override { replacer_.apply(text); }
+
+ private:
+  Replacer replacer_;
+};
+
+// Strip: removes Unicode whitespace on the left and/or right.
+class StripNormalizer final : public Normalizer {
+ public:
+  StripNormalizer(bool left, bool right) : left_(left), right_(right) {}
+  void normalize(std::string& text) const override {
+    std::size_t begin = 0, end = text.size();
+    if (left_) {
+      for (std::size_t i = 0; i < text.size() && is_unicode_whitespace(utf8_next(text, i));) begin = i;
+    }
+    if (right_) {
+      end = begin;  // the end of the last non-space character
+      for (std::size_t i = begin; i < text.size();) {
+        if (!is_unicode_whitespace(utf8_next(text, i))) end = i;
+      }
+    }
+    text = text.substr(begin, end - begin);
+  }
+
+ private:
+  bool left_, right_;
+};
+
+class SequenceNormalizer final : public Normalizer {
+ public:
+  explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> steps)
+      : steps_(std::move(steps)) {}
+  void normalize(std::string& text) const override {
+    for (const auto& step : steps_) step->normalize(text);
+  }
+
+ private:
+  std::vector<std::unique_ptr<Normalizer>> steps_;
+};
+
+}  // namespace
+
+std::unique_ptr<Normalizer> parse_normalizer(const Json& j, const std::string& where) {
+  if (j.is_null()) return nullptr;
+  const std::string type = type_tag(j, where);
+  if (type == "Prepend") return std::make_unique<PrependNormalizer>(require_string(j, "prepend", where));
+  if (type == "Replace") return std::make_unique<ReplaceNormalizer>(j, where);
+  if (type == "Strip") {
+    return std::make_unique<StripNormalizer>(optional_field<bool>(j, "strip_left", true, where),
+                                             optional_field<bool>(j, "strip_right", true, where));
+  }
+  if (type == "Sequence") {
+    const Json& list = require_field(j, "normalizers", where);
+    HG_CHECK(list.is_array(), where, ".normalizers must be an array");
+    std::vector<std::unique_ptr<Normalizer>> steps;
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      auto step = parse_normalizer(list[i], concat(where, ".normalizers[", i, "]"));
+      if (step) steps.push_back(std::move(step));
+    }
+    return std::make_unique<SequenceNormalizer>(std::move(steps));
+  }
+  fail(where, ".type \"", type, "\" is not supported (supported normalizers: Prepend, Replace, ",
+       "Strip, Sequence)");
+}
+
+}  // namespace hydragen::tok

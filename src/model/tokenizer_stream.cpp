@@ -1,0 +1,57 @@
+// StreamDecoder: decodes a window of recent ids twice, without and with the new id, and emits
+// the difference once it no longer ends in U+FFFD (an incomplete character). The window keeps
+// the previously emitted ids as context, so decoders that strip a leading space or merge byte
+// tokens see the same neighbours as a full decode.
+#include "hydragen/error.h"
+#include "model/tokenizer.h"
+#include "model/tokenizer_utf8.h"
+
+namespace hydragen {
+
+namespace {
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+}  // namespace
+
+StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool skip_special_tokens)
+    : tokenizer_(tokenizer), skip_special_(skip_special_tokens) {}
+
+std::string StreamDecoder::push(TokenId id) {
+  HG_CHECK(id >= 0 && id < tokenizer_.vocab_size(), "StreamDecoder::push: token id ", id,
+           " is outside [0, ", tokenizer_.vocab_size(), ")");
+  ids_.push_back(id);
+  // A run of byte tokens decodes as a whole (invalid runs become one U+FFFD per byte), so
+  // nothing is emitted until the run ends.
+  if (tokenizer_.is_byte_token(id)) return "";
+  const std::span<const TokenId> all(ids_);
+  const std::string before = tokenizer_.decode(all.subspan(prefix_, read_ - prefix_), skip_special_);
+  const std::string after = tokenizer_.decode(all.subspan(prefix_), skip_special_);
+  if (after.size() <= before.size() || ends_with(after, tok::kReplacementChar) ||
+      after.compare(0, before.size(), before) != 0) {
+    return "";  // nothing new, or the last character is not complete yet
+  }
+  prefix_ = read_;
+  read_ = ids_.size();
+  return after.substr(before.size());
+}
+
+std::string StreamDecoder::flush() {
+  const std::span<const TokenId> all(ids_);
+  const std::string before = tokenizer_.decode(all.subspan(prefix_, read_ - prefix_), skip_special_);
+  const std::string after = tokenizer_.decode(all.subspan(prefix_), skip_special_);
+  ids_.clear();
+  prefix_ = read_ = 0;
+  // Normally `before` is a prefix of `after`; otherwise emit from the first difference, cut
+  // back to a character boundary.
+  std::size_t common = 0;
+  while (common < before.size() && common < after.size() && before[common] == after[common]) ++common;
+  while (common > 0 && common < after.size() && (static_cast<unsigned char>(after[common]) & 0xC0) == 0x80) {
+    --common;
+  }
+  return after.substr(common);
+}
+
+}  // namespace hydragen

@@ -1,0 +1,167 @@
+// Broken tokenizer files and bad arguments give a hydragen::Error that names the problem,
+// never a crash.
+#include <gtest/gtest.h>
+
+#include "hydragen/error.h"
+#include "model/tokenizer.h"
+#include "tokenizer_test_util.h"
+
+namespace hydragen {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// A scratch model dir per test; the base tokenizer.json is the SentencePiece-style fixture.
+class TokenizerErrors : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("hydragen_tok_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    base_ = test::read_json_file(test::tokenizer_fixtures() / "sp_bpe" / "tokenizer.json");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  void write(const std::string& name, const std::string& text) { std::ofstream(dir_ / name) << text; }
+
+  // Expects load_tokenizer(dir_) to throw an Error whose message contains every part.
+  void expect_load_error(std::initializer_list<std::string> parts) {
+    try {
+      load_tokenizer(dir_);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      for (const std::string& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+    }
+  }
+
+  fs::path dir_;
+  json base_;
+};
+
+TEST_F(TokenizerErrors, MalformedJsonNamesTheFile) {
+  write("tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, )");
+  expect_load_error({"tokenizer.json", "malformed JSON"});
+}
+
+TEST_F(TokenizerErrors, UnknownModelType) {
+  base_["model"]["type"] = "Unigram";
+  write("tokenizer.json", base_.dump());
+  expect_load_error({"model.type", "Unigram", "BPE"});
+}
+
+TEST_F(TokenizerErrors, MergeWithUnknownToken) {
+  base_["model"]["merges"].push_back("nosuch ▁t");
+  write("tokenizer.json", base_.dump());
+  expect_load_error({"model.merges[", "nosuch", "not in model.vocab"});
+}
+
+TEST_F(TokenizerErrors, MergedTokenNotInVocab) {
+  base_["model"]["merges"].push_back(json::array({"<0x41>", "<0x42>"}));
+  write("tokenizer.json", base_.dump());
+  expect_load_error({"model.merges[", "<0x41><0x42>"});
+}
+
+TEST_F(TokenizerErrors, MalformedMerge) {
+  base_["model"]["merges"].push_back(42);
+  write("tokenizer.json", base_.dump());
+  expect_load_error({"model.merges["});
+}
+
+TEST_F(TokenizerErrors, MissingVocab) {
+  base_["model"].erase("vocab");
+  write("tokenizer.json", base_.dump());
+  expect_load_error({"model.vocab is missing"});
+}
+
+TEST_F(TokenizerErrors, BadVocabId) {
+  base_["model"]["vocab"]["▁t"] = "seven";
+  write("tokenizer.json", base_.dump());
+  expect_load_error({"model.vocab[", "▁t"});
+}
+
+TEST_F(TokenizerErrors, MissingModel) {
+  base_.erase("model");
+  write("tokenizer.json", base_.dump());
+  expect_load_error({"model is missing"});
+}
+
+TEST_F(TokenizerErrors, UnsupportedNormalizer) {
+  base_["normalizer"] = json{{"type", "NFKC"}};
+  write("tokenizer.json", base_.dump());
+  expect_load_error({"normalizer.type", "NFKC"});
+}
+
+TEST_F(TokenizerErrors, UnsupportedPreTokenizerInsideSequence) {
+  base_["pre_tokenizer"] = json{{"type", "Sequence"},
+                                {"pretokenizers", json::array({json{{"type", "Whitespace"}}})}};
+  write("tokenizer.json", base_.dump());
+  expect_load_error({"pre_tokenizer.pretokenizers[0].type", "Whitespace"});
+}
+
+TEST_F(TokenizerErrors, UnsupportedDecoder) {
+  base_["decoder"] = json{{"type", "WordPiece"}};
+  write("tokenizer.json", base_.dump());
+  expect_load_error({"decoder.type", "WordPiece"});
+}
+
+TEST_F(TokenizerErrors, InvalidSplitRegex) {
+  base_["pre_tokenizer"] = json{{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
+  write("tokenizer.json", base_.dump());
+  expect_load_error({"regex", "(unclosed"});
+}
+
+TEST_F(TokenizerErrors, UnkTokenNotInVocab) {
+  base_["model"]["unk_token"] = "<nope>";
+  write("tokenizer.json", base_.dump());
+  expect_load_error({"unk_token", "<nope>"});
+}
+
+TEST_F(TokenizerErrors, TopLevelNotAnObject) {
+  write("tokenizer.json", "[1, 2, 3]");
+  expect_load_error({"tokenizer.json", "object"});
+}
+
+TEST_F(TokenizerErrors, MalformedTokenizerConfig) {
+  write("tokenizer.json", base_.dump());
+  write("tokenizer_config.json", "{\"bos_token\": ");
+  expect_load_error({"tokenizer_config.json", "malformed JSON"});
+}
+
+TEST_F(TokenizerErrors, EosIdOutsideVocab) {
+  write("tokenizer.json", base_.dump());
+  write("generation_config.json", R"({"eos_token_id": [2, 99999]})");
+  expect_load_error({"generation_config.json", "eos_token_id", "99999"});
+}
+
+TEST_F(TokenizerErrors, NoTokenizerFile) { expect_load_error({"neither tokenizer.json nor tokenizer.model"}); }
+
+TEST_F(TokenizerErrors, CorruptSentencePieceModel) {
+  write("tokenizer.model", "this is not a protobuf");
+  expect_load_error({"tokenizer.model"});
+}
+
+TEST_F(TokenizerErrors, TruncatedFiles) {  // every prefix of a real file fails cleanly or loads
+  const std::string text = base_.dump();
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, text.size() / 3, text.size() / 2, text.size() - 1}) {
+    write("tokenizer.json", text.substr(0, n));
+    EXPECT_THROW(load_tokenizer(dir_), Error) << n;
+  }
+}
+
+TEST_F(TokenizerErrors, BadArguments) {
+  write("tokenizer.json", base_.dump());
+  const auto t = load_tokenizer(dir_);
+  const std::vector<TokenId> bad_id{1, static_cast<TokenId>(t->vocab_size())};
+  EXPECT_THROW(t->decode(bad_id, false), Error);
+  const std::vector<TokenId> negative{-1};
+  EXPECT_THROW(t->decode(negative, false), Error);
+  EXPECT_THROW(t->encode("abc\xC3", false), Error);  // truncated UTF-8
+  EXPECT_THROW(t->id_to_token(-5), Error);
+  StreamDecoder stream(*t);
+  EXPECT_THROW(stream.push(static_cast<TokenId>(t->vocab_size())), Error);
+}
+
+}  // namespace
+}  // namespace hydragen
