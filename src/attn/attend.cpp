@@ -1,6 +1,6 @@
 // attend(): validation, then the backend.
 #include "attn/input_checks.h"
-#include "backend/cpu/attend_cpu.h"
+#include "backend/cpu/cpu_attention.h"
 #include "backend/cpu/head_tile.h"
 #include "hydragen/attention.h"
 #include "hydragen/error.h"

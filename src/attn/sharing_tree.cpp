@@ -28,6 +28,8 @@ void check_kv_pair(const Tensor& k, const Tensor& v, const std::string& node, Kv
            dtype_name(k.dtype()), " on ", device_name(k.device()), " but v is ", dtype_name(v.dtype()),
            " on ", device_name(v.device()), ", expected the same dtype and device");
   if (reference.tensor == nullptr) {
+    HG_CHECK(k.size(1) >= 1 && k.size(2) >= 1, "SharingTree: ", node, " k has shape ", k.shape_str(),
+             ", expected [len, Hkv >= 1, d >= 1]");
     reference = {&k, node + " k"};
     return;
   }

@@ -32,8 +32,9 @@ void check_tree_inputs(const char* function, const SharingTree& tree, const Tens
   }
   check_query_shape(function, q, tree.query_rows(), "query_rows", kv_heads, tree.head_dim());
   const Device kv_device = tree.segments.empty() ? tree.sequences[0].k.device() : tree.segments[0].k.device();
-  HG_CHECK(q.device() == kv_device, function, ": q is on ", device_name(q.device()), " but the tree's K/V is on ",
-           device_name(kv_device), ", expected one device");
+  // The CUDA backend pages K/V from wherever they live; the CPU one reads them in place.
+  HG_CHECK(q.device() == Device::cuda || kv_device == Device::cpu, function, ": q is on cpu but the tree's K/V is on ",
+           device_name(kv_device), ", expected K/V on the cpu (or q on cuda)");
   if (!options.causal) return;
   for (std::size_t s = 0; s < tree.sequences.size(); ++s) {
     const Sequence& sequence = tree.sequences[s];

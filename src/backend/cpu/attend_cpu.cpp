@@ -2,7 +2,7 @@
 #include <numeric>
 #include <vector>
 
-#include "backend/cpu/attend_cpu.h"
+#include "backend/cpu/cpu_attention.h"
 #include "backend/cpu/head_tile.h"
 #include "backend/cpu/state_merge.h"
 #include "core/thread_pool.h"

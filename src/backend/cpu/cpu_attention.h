@@ -1,11 +1,14 @@
-// The CPU backend's tree attention entry points. src/attn/tree_attention.cpp validates the
-// inputs, builds the plan and dispatches here; nothing here re-checks shapes.
+// The CPU backend's attention entry points. src/attn/ validates the inputs, builds the plan
+// and dispatches here; nothing here re-checks shapes.
 #pragma once
 
 #include "attn/tree_plan.h"
 #include "hydragen/attention.h"
 
 namespace hydragen::cpu {
+
+// q [T, Hq, d], k and v [S, Hkv, d], any float dtype; f32 state [T, Hq, d].
+AttentionState attend(const Tensor& q, const Tensor& k, const Tensor& v, float scale, bool causal);
 
 // f32 state [query_rows, Hq, d]; q any float dtype [query_rows, Hq, d].
 AttentionState tree_attention(const SharingTree& tree, const TreePlan& plan, const Tensor& q, float scale,
