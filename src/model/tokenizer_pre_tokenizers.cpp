@@ -52,7 +52,7 @@ void split_word(const Word& word, const std::vector<std::pair<std::size_t, std::
       }
       break;
     case SplitBehavior::Isolated:
-      pieces = spans;
+      pieces = std::move(spans);
       break;
     case SplitBehavior::MergedWithPrevious:  // a delimiter joins the non-delimiter before it
       for (const Span& s : spans) {
@@ -143,7 +143,7 @@ class ByteLevelPreTokenizer final : public PreTokenizer {
   std::vector<Word> split(std::vector<Word> words) const override {
     if (add_prefix_space_) {
       for (Word& w : words) {
-        if (!w.text.empty() && w.text[0] != ' ') w.text.insert(0, " ");
+        if (!w.text.empty() && w.text[0] != ' ') w.text = " " + w.text;
       }
     }
     if (regex_split_) words = regex_split_->split(std::move(words));
@@ -191,7 +191,7 @@ class MetaspacePreTokenizer final : public PreTokenizer {
       const bool prepend = scheme_ == PrependScheme::Always ||
                            (scheme_ == PrependScheme::First && w.at_origin);
       if (prepend && !w.text.empty() && w.text.rfind(replacement_, 0) != 0) {
-        w.text.insert(0, replacement_);
+        w.text = replacement_ + w.text;
       }
     }
     if (!split_) return words;

@@ -1,0 +1,58 @@
+// Small pieces of the tokenizer checked directly: lossy UTF-8 as `tokenizers` does it (one
+// U+FFFD per maximal invalid subpart) and streaming that holds back a split character.
+#include <gtest/gtest.h>
+
+#include "model/tokenizer.h"
+#include "model/tokenizer_utf8.h"
+#include "tokenizer_test_util.h"
+
+namespace hydragen {
+namespace {
+
+const std::string kFffd = "\xEF\xBF\xBD";
+
+TEST(TokenizerUtf8, LossyReplacesMaximalSubparts) {
+  EXPECT_EQ(tok::utf8_lossy("abc"), "abc");
+  EXPECT_EQ(tok::utf8_lossy("a\xC3"), "a" + kFffd);
+  EXPECT_EQ(tok::utf8_lossy("\xF0\x9F\x98"), kFffd);                    // truncated emoji: one
+  EXPECT_EQ(tok::utf8_lossy("\xF0\x9F\x98" "a"), kFffd + "a");
+  EXPECT_EQ(tok::utf8_lossy("\xE0\x80"), kFffd + kFffd);                // overlong: two
+  EXPECT_EQ(tok::utf8_lossy("\xED\xA0\x80"), kFffd + kFffd + kFffd);    // surrogate: three
+  EXPECT_EQ(tok::utf8_lossy("\xFF\xC3\xA9"), kFffd + "\xC3\xA9");
+  EXPECT_EQ(tok::utf8_invalid_at("ok\xF4\x90\x80\x80"), 2u);            // above U+10FFFF
+  EXPECT_TRUE(tok::utf8_ends_incomplete("a\xE4\xB8"));
+  EXPECT_FALSE(tok::utf8_ends_incomplete("a\xE4\xB8\xAD"));
+  EXPECT_FALSE(tok::utf8_ends_incomplete("a\x80"));  // invalid, not incomplete
+}
+
+TEST(TokenizerStream, HoldsBackASplitCharacter) {
+  const auto t = load_tokenizer(test::tokenizer_fixtures() / "bytelevel");
+  const std::string text = "x 龘 y";  // a character the training text lacks: one token per byte
+  const auto ids = t->encode(text, false);
+  ASSERT_GT(ids.size(), 4u);
+  StreamDecoder stream(*t);
+  std::string out;
+  int empty_pieces = 0;
+  for (TokenId id : ids) {
+    const std::string piece = stream.push(id);
+    EXPECT_EQ(tok::utf8_invalid_at(piece), std::string::npos);
+    empty_pieces += piece.empty();
+    out += piece;
+  }
+  out += stream.flush();
+  EXPECT_EQ(out, text);
+  EXPECT_GE(empty_pieces, 2);  // the first two bytes of 龘 wait for the third
+}
+
+TEST(TokenizerEncode, SpecialTokenTextBecomesTheToken) {
+  const auto t = load_tokenizer(test::tokenizer_fixtures() / "sp_bpe");
+  const auto ids = t->encode("<s>hi</s>", false);
+  ASSERT_GE(ids.size(), 3u);
+  EXPECT_EQ(ids.front(), 1);
+  EXPECT_EQ(ids.back(), 2);
+  EXPECT_EQ(t->encode("", true), std::vector<TokenId>{1});
+  EXPECT_EQ(t->decode(ids, true), "hi");
+}
+
+}  // namespace
+}  // namespace hydragen
