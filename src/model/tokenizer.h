@@ -62,7 +62,8 @@ std::unique_ptr<Tokenizer> load_sentencepiece_model(const std::filesystem::path&
 
 // Decodes one id at a time for streaming output. Every piece returned is valid UTF-8 and
 // never ends inside a character; the concatenation of all pieces and flush() equals
-// tokenizer.decode(all ids). Keeps a reference to the tokenizer.
+// tokenizer.decode(all ids). A run of byte-fallback tokens (<0xXX>) comes out when the run
+// ends, since its decoding depends on the whole run. Keeps a reference to the tokenizer.
 class StreamDecoder {
  public:
   explicit StreamDecoder(const Tokenizer& tokenizer, bool skip_special_tokens = false);
