@@ -8,6 +8,10 @@
 #include "model/counter_rng.h"
 #include "model/safetensors.h"
 
+#ifdef HYDRAGEN_WITH_CUDA
+#include "backend/cuda/model_ops.h"
+#endif
+
 namespace hydragen {
 
 void for_each_weight(const ModelConfig& config, LlamaWeights& weights, const WeightVisitor& visit) {
@@ -73,29 +77,46 @@ LlamaWeights load_weights(const ModelConfig& config, const Checkpoint& checkpoin
   return weights;
 }
 
-LlamaWeights random_weights(const ModelConfig& config, std::uint64_t seed, DType dtype) {
+float random_weight_amplitude(WeightInit init, const std::vector<std::int64_t>& shape) {
+  if (init == WeightInit::ones) return 0.0f;
+  // Uniform on [-a, a] has std a/sqrt(3).
+  const float std_dev = init == WeightInit::bias ? 0.02f : 1.0f / std::sqrt(static_cast<float>(shape.back()));
+  return std_dev * std::sqrt(3.0f);
+}
+
+LlamaWeights random_weights(const ModelConfig& config, std::uint64_t seed, DType dtype, Device device) {
   check_compute_dtype("random_weights", dtype);
+  HG_CHECK(device == Device::cpu || dtype == DType::bf16, "random_weights: on CUDA the dtype must be bf16, got ",
+           dtype_name(dtype));
   LlamaWeights weights;
   for_each_weight(config, weights, [&](const std::string& name, const std::vector<std::int64_t>& shape, Tensor& slot,
                                        WeightInit init) {
+    const std::uint64_t key = stream_key(seed, name_stream(name));
+    const float amplitude = random_weight_amplitude(init, shape);
+    if (init == WeightInit::ones) {
+      slot = Tensor::full(shape, 1.0, dtype);
+      if (device == Device::cuda) slot = slot.to(Device::cuda);
+      return;
+    }
+    if (device == Device::cuda) {
+#ifdef HYDRAGEN_WITH_CUDA
+      slot = Tensor::empty(shape, DType::bf16, Device::cuda);
+      cuda::fill_uniform(slot, key, amplitude);
+      return;
+#else
+      fail("random_weights: this build has no CUDA backend");
+#endif
+    }
     Tensor values = Tensor::empty(shape, DType::f32);
     float* out = values.data<float>();
     const std::int64_t n = values.numel();
-    if (init == WeightInit::ones) {
-      std::fill(out, out + n, 1.0f);
-    } else {
-      // Uniform on [-a, a] has std a/sqrt(3).
-      const float std_dev = init == WeightInit::bias ? 0.02f : 1.0f / std::sqrt(static_cast<float>(shape.back()));
-      const float amplitude = std_dev * std::sqrt(3.0f);
-      const std::uint64_t key = stream_key(seed, name_stream(name));
-      constexpr std::int64_t kChunk = 1 << 16;
-      ThreadPool::global().parallel_for((n + kChunk - 1) / kChunk, [&](std::int64_t chunk) {
-        const std::int64_t end = std::min(n, (chunk + 1) * kChunk);
-        for (std::int64_t i = chunk * kChunk; i < end; ++i) {
-          out[i] = amplitude * counter_uniform(key, static_cast<std::uint64_t>(i));
-        }
-      });
-    }
+    constexpr std::int64_t kChunk = 1 << 16;
+    ThreadPool::global().parallel_for((n + kChunk - 1) / kChunk, [&](std::int64_t chunk) {
+      const std::int64_t end = std::min(n, (chunk + 1) * kChunk);
+      for (std::int64_t i = chunk * kChunk; i < end; ++i) {
+        out[i] = amplitude * counter_uniform(key, static_cast<std::uint64_t>(i));
+      }
+    });
     slot = dtype == DType::f32 ? values : values.to(dtype);
   });
   tie_embeddings(config, weights);

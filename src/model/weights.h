@@ -45,8 +45,13 @@ void for_each_weight(const ModelConfig& config, LlamaWeights& weights, const Wei
 // F32/F16/BF16 is an Error naming the tensor and the file.
 LlamaWeights load_weights(const ModelConfig& config, const Checkpoint& checkpoint, DType dtype = DType::f32);
 
-// Deterministic random weights: element i of tensor `name` is a function of (seed, name, i)
-// only. Matrices are uniform with std 1/sqrt(fan_in), norms are 1, biases small.
-LlamaWeights random_weights(const ModelConfig& config, std::uint64_t seed, DType dtype = DType::f32);
+// Deterministic random weights: element i of tensor `name` is amplitude x
+// counter_uniform(stream_key(seed, name_stream(name)), i), a function of (seed, name, i) only,
+// so the CPU and a CUDA device (dtype bf16, made in place by cuda::fill_uniform) give the
+// same values. Matrices are uniform with std 1/sqrt(fan_in), norms are 1, biases small.
+LlamaWeights random_weights(const ModelConfig& config, std::uint64_t seed, DType dtype = DType::f32,
+                            Device device = Device::cpu);
+// The half-width a of the uniform [-a, a] a random weight of this kind and shape is drawn from.
+float random_weight_amplitude(WeightInit init, const std::vector<std::int64_t>& shape);
 
 }  // namespace hydragen

@@ -1,0 +1,191 @@
+#include "backend/cuda/model_ops.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_check.h"
+#include "hydragen/error.h"
+#include "model/counter_rng.h"
+
+namespace hydragen::cuda {
+
+namespace {
+
+using bf16_t = __nv_bfloat16;
+
+cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
+
+void check_operand(const char* function, const char* name, const Tensor& t, DType dtype, int rank) {
+  HG_CHECK(t.defined() && t.device() == Device::cuda && t.dtype() == dtype && t.rank() == rank && t.is_contiguous(),
+           function, ": ", name, " must be a contiguous CUDA ", dtype_name(dtype), " tensor of rank ", rank, ", got ",
+           t.defined() ? t.shape_str() + " " + dtype_name(t.dtype()) + " on " + device_name(t.device())
+                       : std::string("nothing"));
+}
+
+const bf16_t* cdata(const Tensor& t) { return static_cast<const bf16_t*>(t.raw()); }
+bf16_t* mdata(Tensor& t) { return static_cast<bf16_t*>(t.raw()); }
+
+int blocks_for(std::int64_t n, int threads) { return static_cast<int>((n + threads - 1) / threads); }
+
+// Sum over the block; every thread gets the result. blockDim.x is a multiple of 32, <= 1024.
+__device__ float block_sum(float value) {
+  __shared__ float warp_sums[32];
+  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) warp_sums[warp] = value;
+  __syncthreads();
+  const int warps = blockDim.x / 32;
+  value = lane < warps ? warp_sums[lane] : 0.0f;
+  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  __syncthreads();  // warp_sums may be reused by the next call
+  return value;
+}
+
+// One block per row. The residual is updated in bf16 first (as a bf16 model does), and the
+// norm is taken of the stored values: out = x * rsqrt(mean(x^2) + eps) * weight.
+__global__ void add_rms_norm_kernel(bf16_t* residual, const bf16_t* delta, const bf16_t* weight, bf16_t* out,
+                                    int hidden, float eps) {
+  bf16_t* x = residual + static_cast<std::int64_t>(blockIdx.x) * hidden;
+  const bf16_t* d = delta == nullptr ? nullptr : delta + static_cast<std::int64_t>(blockIdx.x) * hidden;
+  float sum_squares = 0.0f;
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+    float v = __bfloat162float(x[i]);
+    if (d != nullptr) {
+      x[i] = __float2bfloat16(v + __bfloat162float(d[i]));
+      v = __bfloat162float(x[i]);
+    }
+    sum_squares += v * v;
+  }
+  const float inv_rms = rsqrtf(block_sum(sum_squares) / hidden + eps);
+  bf16_t* o = out + static_cast<std::int64_t>(blockIdx.x) * hidden;
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+    o[i] = __float2bfloat16(__bfloat162float(x[i]) * inv_rms * __bfloat162float(weight[i]));
+  }
+}
+
+// One block per row, one thread per (head, pair). Pairs are (x[i], x[i + d/2]):
+// x'[i] = x[i] cos - x[i + d/2] sin, x'[i + d/2] = x[i + d/2] cos + x[i] sin.
+__global__ void rope_append_kv_kernel(bf16_t* qkv, int q_heads, int kv_heads, int head_dim, const int* positions,
+                                      const float* inv_freq, const int* slots, bf16_t* k_cache, bf16_t* v_cache) {
+  const int row = blockIdx.x, half = head_dim / 2;
+  const int row_width = (q_heads + 2 * kv_heads) * head_dim;
+  bf16_t* r = qkv + static_cast<std::int64_t>(row) * row_width;
+  const std::int64_t slot_base = static_cast<std::int64_t>(slots[row]) * kv_heads * head_dim;
+  const float position = static_cast<float>(positions[row]);
+  for (int item = threadIdx.x; item < (q_heads + 2 * kv_heads) * half; item += blockDim.x) {
+    const int head = item / half, i = item % half;
+    bf16_t* h = r + head * head_dim;
+    if (head >= q_heads + kv_heads) {  // v: copied as is
+      const std::int64_t at = slot_base + static_cast<std::int64_t>(head - q_heads - kv_heads) * head_dim;
+      v_cache[at + i] = h[i];
+      v_cache[at + i + half] = h[i + half];
+      continue;
+    }
+    float s, c;
+    sincosf(position * inv_freq[i], &s, &c);
+    const float a = __bfloat162float(h[i]), b = __bfloat162float(h[i + half]);
+    h[i] = __float2bfloat16(a * c - b * s);
+    h[i + half] = __float2bfloat16(b * c + a * s);
+    if (head >= q_heads) {  // k: also appended to the cache
+      const std::int64_t at = slot_base + static_cast<std::int64_t>(head - q_heads) * head_dim;
+      k_cache[at + i] = h[i];
+      k_cache[at + i + half] = h[i + half];
+    }
+  }
+}
+
+__global__ void silu_mul_kernel(const bf16_t* gate_up, bf16_t* out, std::int64_t rows, std::int64_t inter) {
+  const std::int64_t index = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (index >= rows * inter) return;
+  const std::int64_t row = index / inter, column = index % inter;
+  const float g = __bfloat162float(gate_up[row * 2 * inter + column]);
+  const float u = __bfloat162float(gate_up[row * 2 * inter + inter + column]);
+  out[index] = __float2bfloat16(g / (1.0f + __expf(-g)) * u);
+}
+
+__global__ void add_kernel(bf16_t* x, const bf16_t* y, std::int64_t n) {
+  const std::int64_t index = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (index < n) x[index] = __float2bfloat16(__bfloat162float(x[index]) + __bfloat162float(y[index]));
+}
+
+__global__ void fill_uniform_kernel(bf16_t* out, std::int64_t n, std::uint64_t key, float amplitude) {
+  const std::int64_t index = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (index < n) out[index] = __float2bfloat16(amplitude * counter_uniform(key, static_cast<std::uint64_t>(index)));
+}
+
+constexpr int kThreads = 256;
+
+}  // namespace
+
+void add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& weight, float eps, Tensor& out, void* stream) {
+  check_operand("add_rms_norm", "residual", residual, DType::bf16, 2);
+  check_operand("add_rms_norm", "weight", weight, DType::bf16, 1);
+  check_operand("add_rms_norm", "out", out, DType::bf16, 2);
+  if (delta.defined()) check_operand("add_rms_norm", "delta", delta, DType::bf16, 2);
+  const std::int64_t rows = residual.size(0), hidden = residual.size(1);
+  HG_CHECK(weight.size(0) == hidden && out.shape() == residual.shape() &&
+               (!delta.defined() || delta.shape() == residual.shape()),
+           "add_rms_norm: residual ", residual.shape_str(), ", delta and out must match it, weight must be [", hidden,
+           "], got weight ", weight.shape_str(), " out ", out.shape_str());
+  if (rows == 0) return;
+  add_rms_norm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, as_stream(stream)>>>(
+      mdata(residual), delta.defined() ? cdata(delta) : nullptr, cdata(weight), mdata(out), static_cast<int>(hidden),
+      eps);
+  HG_CUDA_CHECK(cudaGetLastError());
+}
+
+void rope_append_kv(Tensor& qkv, std::int64_t q_heads, std::int64_t kv_heads, const Tensor& positions,
+                    const Tensor& inv_freq, const Tensor& slots, Tensor& k_cache, Tensor& v_cache, void* stream) {
+  check_operand("rope_append_kv", "qkv", qkv, DType::bf16, 2);
+  check_operand("rope_append_kv", "positions", positions, DType::i32, 1);
+  check_operand("rope_append_kv", "inv_freq", inv_freq, DType::f32, 1);
+  check_operand("rope_append_kv", "slots", slots, DType::i32, 1);
+  check_operand("rope_append_kv", "k_cache", k_cache, DType::bf16, 3);
+  check_operand("rope_append_kv", "v_cache", v_cache, DType::bf16, 3);
+  const std::int64_t rows = qkv.size(0), head_dim = k_cache.size(2);
+  HG_CHECK(q_heads > 0 && kv_heads > 0 && q_heads % kv_heads == 0 && head_dim % 2 == 0 &&
+               qkv.size(1) == (q_heads + 2 * kv_heads) * head_dim && k_cache.size(1) == kv_heads &&
+               v_cache.shape() == k_cache.shape() && positions.size(0) == rows && slots.size(0) == rows &&
+               inv_freq.size(0) == head_dim / 2,
+           "rope_append_kv: qkv must be [rows, (", q_heads, " + 2 x ", kv_heads, ") x head_dim], caches [slots, ",
+           kv_heads, ", head_dim], positions and slots [rows], inv_freq [head_dim / 2]; got qkv ", qkv.shape_str(),
+           " k_cache ", k_cache.shape_str(), " positions ", positions.shape_str(), " slots ", slots.shape_str(),
+           " inv_freq ", inv_freq.shape_str());
+  if (rows == 0) return;
+  rope_append_kv_kernel<<<static_cast<unsigned>(rows), kThreads, 0, as_stream(stream)>>>(
+      mdata(qkv), static_cast<int>(q_heads), static_cast<int>(kv_heads), static_cast<int>(head_dim),
+      positions.data<int>(), inv_freq.data<float>(), slots.data<int>(), mdata(k_cache), mdata(v_cache));
+  HG_CUDA_CHECK(cudaGetLastError());
+}
+
+void silu_mul(const Tensor& gate_up, Tensor& out, void* stream) {
+  check_operand("silu_mul", "gate_up", gate_up, DType::bf16, 2);
+  check_operand("silu_mul", "out", out, DType::bf16, 2);
+  const std::int64_t rows = gate_up.size(0), inter = out.size(1);
+  HG_CHECK(out.size(0) == rows && gate_up.size(1) == 2 * inter, "silu_mul: gate_up must be [rows, 2 x inter] for out ",
+           out.shape_str(), ", got ", gate_up.shape_str());
+  if (rows * inter == 0) return;
+  silu_mul_kernel<<<blocks_for(rows * inter, kThreads), kThreads, 0, as_stream(stream)>>>(cdata(gate_up), mdata(out),
+                                                                                           rows, inter);
+  HG_CUDA_CHECK(cudaGetLastError());
+}
+
+void add_into(Tensor& x, const Tensor& y, void* stream) {
+  check_operand("add_into", "x", x, DType::bf16, 2);
+  check_operand("add_into", "y", y, DType::bf16, 2);
+  HG_CHECK(x.shape() == y.shape(), "add_into: shapes differ: ", x.shape_str(), " vs ", y.shape_str());
+  if (x.numel() == 0) return;
+  add_kernel<<<blocks_for(x.numel(), kThreads), kThreads, 0, as_stream(stream)>>>(mdata(x), cdata(y), x.numel());
+  HG_CUDA_CHECK(cudaGetLastError());
+}
+
+void fill_uniform(Tensor& out, std::uint64_t key, float amplitude, void* stream) {
+  HG_CHECK(out.defined() && out.device() == Device::cuda && out.dtype() == DType::bf16 && out.is_contiguous(),
+           "fill_uniform: out must be a contiguous CUDA bf16 tensor");
+  if (out.numel() == 0) return;
+  fill_uniform_kernel<<<blocks_for(out.numel(), kThreads), kThreads, 0, as_stream(stream)>>>(mdata(out), out.numel(),
+                                                                                              key, amplitude);
+  HG_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace hydragen::cuda

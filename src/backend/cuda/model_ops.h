@@ -1,0 +1,40 @@
+// The fused CUDA ops of the Llama forward pass, bf16 storage with fp32 math. Each has a CPU
+// twin in src/model/ (model_ops.h, rope.h, weights.h) and tests/test_cuda_model_ops.cpp
+// compares both on the same random inputs. Host-only header: no CUDA types, streams are
+// passed as void* (a cudaStream_t; nullptr is the default stream). All tensors are
+// contiguous CUDA tensors; shapes are checked and errors name the argument.
+#pragma once
+
+#include <cstdint>
+
+#include "hydragen/tensor.h"
+
+namespace hydragen::cuda {
+
+// residual += delta (when delta is defined), then out = RMSNorm(residual) * weight.
+// residual, delta, out bf16 [rows, hidden]; weight bf16 [hidden].
+// Twin: add_into + rms_norm.
+void add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& weight, float eps, Tensor& out,
+                  void* stream = nullptr);
+
+// qkv bf16 [rows, (q_heads + 2 kv_heads) * head_dim], the fused QKV GEMM's output: rotates
+// the q and k heads in place by RoPE (positions i32 [rows], inv_freq f32 [head_dim / 2]) and
+// writes row r's rotated k and its v to slot slots[r] (i32 [rows]) of k_cache / v_cache,
+// bf16 [slots, kv_heads, head_dim]: a page pool with slot = page * page_size + offset.
+// Twin: apply_rope + KvCache::write.
+void rope_append_kv(Tensor& qkv, std::int64_t q_heads, std::int64_t kv_heads, const Tensor& positions,
+                    const Tensor& inv_freq, const Tensor& slots, Tensor& k_cache, Tensor& v_cache,
+                    void* stream = nullptr);
+
+// out = silu(gate) * up for gate_up bf16 [rows, 2 * inter] = [gate | up] (the fused
+// gate/up GEMM's output); out bf16 [rows, inter]. Twin: silu_mul.
+void silu_mul(const Tensor& gate_up, Tensor& out, void* stream = nullptr);
+
+// x += y, bf16 [rows, cols]. Twin: add_into.
+void add_into(Tensor& x, const Tensor& y, void* stream = nullptr);
+
+// Fills a bf16 tensor on the device with amplitude * counter_uniform(key, i): the same
+// values random_weights makes on the CPU (before its bf16 rounding). Twin: random_weights.
+void fill_uniform(Tensor& out, std::uint64_t key, float amplitude, void* stream = nullptr);
+
+}  // namespace hydragen::cuda

@@ -1,0 +1,155 @@
+// Every fused CUDA op of the forward pass against its CPU twin on the same random inputs
+// (the test-backend-ops pattern): one error metric, NMSE = sum (a - b)^2 / sum b^2, with the
+// CPU twin run in f32 on the bf16-rounded inputs. Skipped without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "hydragen/tensor.h"
+#include "model/counter_rng.h"
+#include "model/kv_cache.h"
+#include "model/model_ops.h"
+#include "model/rope.h"
+#include "model/weights.h"
+#ifdef HYDRAGEN_WITH_CUDA
+#include "backend/cuda/cuda_attention.h"
+#include "backend/cuda/model_ops.h"
+#endif
+
+namespace hydragen {
+namespace {
+
+#ifdef HYDRAGEN_WITH_CUDA
+#define SKIP_WITHOUT_GPU() \
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: CUDA tests skipped"
+#else
+#define SKIP_WITHOUT_GPU() GTEST_SKIP() << "built without CUDA (HYDRAGEN_WITH_CUDA unset): CUDA tests skipped"
+#endif
+
+// bf16-exact random values in [-scale, scale) as an f32 CPU tensor.
+Tensor random_f32(std::vector<std::int64_t> shape, std::uint64_t stream, float scale = 1.0f) {
+  Tensor t = Tensor::empty(shape, DType::f32);
+  const std::uint64_t key = stream_key(42, stream);
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    t.data<float>()[i] = bf16_to_float(float_to_bf16(scale * counter_uniform(key, static_cast<std::uint64_t>(i))));
+  }
+  return t;
+}
+
+[[maybe_unused]] Tensor to_cuda_bf16(const Tensor& t) { return t.to(DType::bf16).to(Device::cuda); }
+[[maybe_unused]] Tensor to_cpu_f32(const Tensor& t) { return t.to(Device::cpu).to(DType::f32); }
+
+[[maybe_unused]] double nmse(const Tensor& actual, const Tensor& expected) {
+  EXPECT_EQ(actual.shape(), expected.shape());
+  double diff = 0.0, norm = 0.0;
+  for (std::int64_t i = 0; i < expected.numel(); ++i) {
+    diff += (actual.get(i) - expected.get(i)) * (actual.get(i) - expected.get(i));
+    norm += expected.get(i) * expected.get(i);
+  }
+  return diff / norm;
+}
+
+constexpr double kMaxNmse = 1e-4;  // bf16 output rounding alone is ~1e-5
+
+TEST(CudaModelOps, AddRmsNormMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+#ifdef HYDRAGEN_WITH_CUDA
+  for (std::int64_t hidden : {64, 1000, 4096}) {
+    Tensor x = random_f32({7, hidden}, 1), delta = random_f32({7, hidden}, 2), weight = random_f32({hidden}, 3);
+    Tensor residual = to_cuda_bf16(x), out = Tensor::empty({7, hidden}, DType::bf16, Device::cuda);
+    cuda::add_rms_norm(residual, to_cuda_bf16(delta), to_cuda_bf16(weight), 1e-5f, out);
+    add_into(x, delta);
+    EXPECT_LT(nmse(to_cpu_f32(residual), x), kMaxNmse) << hidden;
+    EXPECT_LT(nmse(to_cpu_f32(out), rms_norm(x, weight, 1e-5f)), kMaxNmse) << hidden;
+  }
+#endif
+}
+
+TEST(CudaModelOps, RopeAppendKvMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+#ifdef HYDRAGEN_WITH_CUDA
+  ModelConfig config;
+  config.head_dim = 128;
+  config.rope.theta = 500000.0;
+  config.rope.scaling = RopeScaling::llama3;
+  config.rope.factor = 8.0;
+  const std::int64_t rows = 5, hq = 8, hkv = 2, d = config.head_dim, slots = 64;
+  const Tensor qkv = random_f32({rows, (hq + 2 * hkv) * d}, 4);
+  const std::vector<std::int64_t> positions{0, 1, 17, 300, 8191};
+  const std::vector<std::int32_t> slot_of_row{3, 60, 0, 31, 9};
+  const std::vector<float> inv_freq = rope_inv_freq(config);
+
+  Tensor device_qkv = to_cuda_bf16(qkv);
+  Tensor k_cache = Tensor::zeros({slots, hkv, d}, DType::bf16, Device::cuda);
+  Tensor v_cache = Tensor::zeros({slots, hkv, d}, DType::bf16, Device::cuda);
+  std::vector<std::int32_t> positions32(positions.begin(), positions.end());
+  const Tensor device_positions = Tensor::wrap(positions32.data(), {rows}, DType::i32).to(Device::cuda);
+  const Tensor device_slots =
+      Tensor::wrap(const_cast<std::int32_t*>(slot_of_row.data()), {rows}, DType::i32).to(Device::cuda);
+  const Tensor device_freq =
+      Tensor::wrap(const_cast<float*>(inv_freq.data()), {d / 2}, DType::f32).to(Device::cuda);
+  cuda::rope_append_kv(device_qkv, hq, hkv, device_positions, device_freq, device_slots, k_cache, v_cache);
+
+  // The twin: apply_rope on the q and k heads of an f32 copy, then scatter k and v by slot.
+  Tensor expected = qkv.clone();
+  Tensor heads = expected.reshape({rows, hq + 2 * hkv, d});
+  Tensor qk = heads.slice(1, 0, hq + hkv).clone();
+  apply_rope(qk, positions, inv_freq);
+  heads.slice(1, 0, hq + hkv).copy_from(qk);
+  EXPECT_LT(nmse(to_cpu_f32(device_qkv), expected), kMaxNmse);
+  const Tensor k_host = to_cpu_f32(k_cache), v_host = to_cpu_f32(v_cache);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    EXPECT_LT(nmse(k_host.select(0, slot_of_row[r]).clone(), heads.select(0, r).slice(0, hq, hq + hkv).clone()),
+              kMaxNmse);
+    EXPECT_LT(nmse(v_host.select(0, slot_of_row[r]).clone(), heads.select(0, r).slice(0, hq + hkv, hq + 2 * hkv).clone()),
+              kMaxNmse);
+  }
+#endif
+}
+
+TEST(CudaModelOps, SiluMulAndAddMatchCpu) {
+  SKIP_WITHOUT_GPU();
+#ifdef HYDRAGEN_WITH_CUDA
+  const std::int64_t rows = 9, inter = 1000;
+  const Tensor gate_up = random_f32({rows, 2 * inter}, 5, 4.0f);
+  Tensor out = Tensor::empty({rows, inter}, DType::bf16, Device::cuda);
+  cuda::silu_mul(to_cuda_bf16(gate_up), out);
+  Tensor gate = gate_up.slice(1, 0, inter).clone();
+  silu_mul(gate, gate_up.slice(1, inter, 2 * inter).clone());
+  EXPECT_LT(nmse(to_cpu_f32(out), gate), kMaxNmse);
+
+  Tensor x = random_f32({rows, inter}, 6), y = random_f32({rows, inter}, 7);
+  Tensor device_x = to_cuda_bf16(x);
+  cuda::add_into(device_x, to_cuda_bf16(y));
+  add_into(x, y);
+  EXPECT_LT(nmse(to_cpu_f32(device_x), x), kMaxNmse);
+#endif
+}
+
+TEST(CudaModelOps, RandomWeightsOnDeviceEqualCpu) {
+  SKIP_WITHOUT_GPU();
+#ifdef HYDRAGEN_WITH_CUDA
+  ModelConfig config;
+  config.vocab_size = 300;
+  config.hidden_size = 64;
+  config.intermediate_size = 96;
+  config.num_layers = 2;
+  config.num_heads = 4;
+  config.num_kv_heads = 2;
+  config.head_dim = 16;
+  config.qkv_bias = true;
+  const LlamaWeights cpu = random_weights(config, 11, DType::bf16);
+  const LlamaWeights gpu = random_weights(config, 11, DType::bf16, Device::cuda);
+  using Pair = std::pair<const Tensor*, const Tensor*>;
+  for (const auto& [a, b] : {Pair{&cpu.embed, &gpu.embed}, Pair{&cpu.layers[1].wk, &gpu.layers[1].wk},
+                             Pair{&cpu.layers[0].bv, &gpu.layers[0].bv}, Pair{&cpu.final_norm, &gpu.final_norm}}) {
+    const Tensor host = b->to(Device::cpu);
+    ASSERT_EQ(host.shape(), a->shape());
+    for (std::int64_t i = 0; i < a->numel(); ++i) ASSERT_EQ(host.get(i), a->get(i)) << i;
+  }
+#endif
+}
+
+}  // namespace
+}  // namespace hydragen
