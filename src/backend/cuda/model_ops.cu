@@ -1,5 +1,6 @@
 #include "backend/cuda/model_ops.h"
 
+#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -113,6 +114,27 @@ __global__ void fill_uniform_kernel(bf16_t* out, std::int64_t n, std::uint64_t k
   if (index < n) out[index] = __float2bfloat16(amplitude * counter_uniform(key, static_cast<std::uint64_t>(index)));
 }
 
+__global__ void add_bias_kernel(bf16_t* y, const bf16_t* bias, std::int64_t rows, std::int64_t n) {
+  const std::int64_t index = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (index < rows * n) y[index] = __float2bfloat16(__bfloat162float(y[index]) + __bfloat162float(bias[index % n]));
+}
+
+__global__ void embed_rows_kernel(const bf16_t* table, const int* tokens, bf16_t* out, int hidden) {
+  const bf16_t* row = table + static_cast<std::int64_t>(tokens[blockIdx.x]) * hidden;
+  bf16_t* o = out + static_cast<std::int64_t>(blockIdx.x) * hidden;
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) o[i] = row[i];
+}
+
+// One cuBLAS handle per thread, made on first use and kept for the process.
+cublasHandle_t cublas_handle() {
+  thread_local cublasHandle_t handle = [] {
+    cublasHandle_t h = nullptr;
+    HG_CHECK(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS, "cublasCreate failed");
+    return h;
+  }();
+  return handle;
+}
+
 constexpr int kThreads = 256;
 
 }  // namespace
@@ -176,6 +198,48 @@ void add_into(Tensor& x, const Tensor& y, void* stream) {
   HG_CHECK(x.shape() == y.shape(), "add_into: shapes differ: ", x.shape_str(), " vs ", y.shape_str());
   if (x.numel() == 0) return;
   add_kernel<<<blocks_for(x.numel(), kThreads), kThreads, 0, as_stream(stream)>>>(mdata(x), cdata(y), x.numel());
+  HG_CUDA_CHECK(cudaGetLastError());
+}
+
+void linear(const Tensor& x, const Tensor& w, Tensor& out, void* stream) {
+  check_operand("linear", "x", x, DType::bf16, 2);
+  check_operand("linear", "w", w, DType::bf16, 2);
+  check_operand("linear", "out", out, DType::bf16, 2);
+  const std::int64_t rows = x.size(0), in = x.size(1), n = w.size(0);
+  HG_CHECK(w.size(1) == in && out.size(0) == rows && out.size(1) == n, "linear: x ", x.shape_str(), " w ",
+           w.shape_str(), " out ", out.shape_str(), ", expected x [rows, in], w [out, in], out [rows, out]");
+  if (rows == 0) return;
+  // Row-major out [rows, n] is column-major out^T [n, rows] = W [n, in] x^T [in, rows]; the
+  // row-major W is a column-major [in, n] matrix, hence its transpose.
+  const float alpha = 1.0f, beta = 0.0f;
+  cublasHandle_t handle = cublas_handle();
+  HG_CHECK(cublasSetStream(handle, as_stream(stream)) == CUBLAS_STATUS_SUCCESS, "cublasSetStream failed");
+  const cublasStatus_t status =
+      cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(rows), static_cast<int>(in),
+                   &alpha, w.raw(), CUDA_R_16BF, static_cast<int>(in), x.raw(), CUDA_R_16BF, static_cast<int>(in), &beta,
+                   out.raw(), CUDA_R_16BF, static_cast<int>(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  HG_CHECK(status == CUBLAS_STATUS_SUCCESS, "linear: cublasGemmEx failed with status ", static_cast<int>(status));
+}
+
+void add_bias(Tensor& y, const Tensor& bias, void* stream) {
+  check_operand("add_bias", "y", y, DType::bf16, 2);
+  check_operand("add_bias", "bias", bias, DType::bf16, 1);
+  HG_CHECK(bias.size(0) == y.size(1), "add_bias: bias must be [", y.size(1), "], got ", bias.shape_str());
+  if (y.numel() == 0) return;
+  add_bias_kernel<<<blocks_for(y.numel(), kThreads), kThreads, 0, as_stream(stream)>>>(mdata(y), cdata(bias),
+                                                                                        y.size(0), y.size(1));
+  HG_CUDA_CHECK(cudaGetLastError());
+}
+
+void embed_rows(const Tensor& table, const Tensor& tokens, Tensor& out, void* stream) {
+  check_operand("embed_rows", "table", table, DType::bf16, 2);
+  check_operand("embed_rows", "tokens", tokens, DType::i32, 1);
+  check_operand("embed_rows", "out", out, DType::bf16, 2);
+  HG_CHECK(out.size(0) == tokens.size(0) && out.size(1) == table.size(1), "embed_rows: out must be [",
+           tokens.size(0), ", ", table.size(1), "], got ", out.shape_str());
+  if (tokens.size(0) == 0) return;
+  embed_rows_kernel<<<static_cast<unsigned>(tokens.size(0)), kThreads, 0, as_stream(stream)>>>(
+      cdata(table), tokens.data<int>(), mdata(out), static_cast<int>(table.size(1)));
   HG_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -33,6 +33,17 @@ void silu_mul(const Tensor& gate_up, Tensor& out, void* stream = nullptr);
 // x += y, bf16 [rows, cols]. Twin: add_into.
 void add_into(Tensor& x, const Tensor& y, void* stream = nullptr);
 
+// out = x W^T: x bf16 [rows, in], w bf16 [out, in] (PyTorch's Linear layout), out bf16
+// [rows, out]; one cuBLAS GEMM with fp32 accumulation. Twin: linear.
+void linear(const Tensor& x, const Tensor& w, Tensor& out, void* stream = nullptr);
+
+// y[r] += bias for every row r: y bf16 [rows, n], bias bf16 [n]. Twin: linear's bias.
+void add_bias(Tensor& y, const Tensor& bias, void* stream = nullptr);
+
+// out[r] = table[tokens[r]]: table bf16 [vocab, hidden], tokens i32 [rows] (device), out
+// bf16 [rows, hidden]. Ids outside the vocabulary must be rejected by the caller. Twin: embed_rows.
+void embed_rows(const Tensor& table, const Tensor& tokens, Tensor& out, void* stream = nullptr);
+
 // Fills a bf16 tensor on the device with amplitude * counter_uniform(key, i): the same
 // values random_weights makes on the CPU (before its bf16 rounding). Twin: random_weights.
 void fill_uniform(Tensor& out, std::uint64_t key, float amplitude, void* stream = nullptr);

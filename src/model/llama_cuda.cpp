@@ -1,0 +1,159 @@
+#include "model/llama_cuda.h"
+
+#ifdef HYDRAGEN_WITH_CUDA
+
+#include <cuda_runtime.h>
+
+#include "backend/cuda/model_ops.h"
+#include "hydragen/error.h"
+#include "model/greedy.h"
+#include "model/rope.h"
+
+namespace hydragen {
+
+namespace {
+
+Tensor device_bf16(const Tensor& t) {
+  if (!t.defined()) return {};
+  Tensor out = Tensor::empty(t.shape(), DType::bf16, Device::cuda);
+  out.copy_from(t.is_contiguous() ? t : t.clone());
+  return out;
+}
+
+// Rows of several [n_i, in] weights stacked into one [sum n_i, in] device matrix.
+Tensor stack_rows(std::initializer_list<const Tensor*> parts) {
+  std::int64_t rows = 0;
+  for (const Tensor* part : parts) rows += part->size(0);
+  const std::vector<std::int64_t> tail = [&] {
+    std::vector<std::int64_t> shape = (*parts.begin())->shape();
+    shape.erase(shape.begin());
+    return shape;
+  }();
+  std::vector<std::int64_t> shape{rows};
+  shape.insert(shape.end(), tail.begin(), tail.end());
+  Tensor out = Tensor::empty(shape, DType::bf16, Device::cuda);
+  std::int64_t at = 0;
+  for (const Tensor* part : parts) {
+    out.slice(0, at, at + part->size(0)).copy_from(device_bf16(*part));
+    at += part->size(0);
+  }
+  return out;
+}
+
+Tensor device_i32(const std::vector<std::int32_t>& values) {
+  std::vector<std::int32_t> copy = values;
+  return Tensor::wrap(copy.data(), {static_cast<std::int64_t>(copy.size())}, DType::i32).to(Device::cuda);
+}
+
+}  // namespace
+
+LlamaCuda::LlamaCuda(ModelConfig config, const LlamaWeights& weights) : config_(std::move(config)) {
+  HG_CHECK(static_cast<std::int64_t>(weights.layers.size()) == config_.num_layers, "LlamaCuda: ",
+           weights.layers.size(), " layers of weights for a config of ", config_.num_layers);
+  embed_ = device_bf16(weights.embed);
+  final_norm_ = device_bf16(weights.final_norm);
+  lm_head_ = config_.tie_word_embeddings ? embed_ : device_bf16(weights.lm_head);
+  const std::vector<float> inv_freq = rope_inv_freq(config_);
+  inv_freq_ = Tensor::empty({static_cast<std::int64_t>(inv_freq.size())}, DType::f32, Device::cuda);
+  inv_freq_.copy_from(Tensor::wrap(const_cast<float*>(inv_freq.data()), inv_freq_.shape(), DType::f32));
+  for (const LayerWeights& w : weights.layers) {
+    Layer layer;
+    layer.attn_norm = device_bf16(w.attn_norm);
+    layer.w_qkv = stack_rows({&w.wq, &w.wk, &w.wv});
+    if (config_.qkv_bias) layer.b_qkv = stack_rows({&w.bq, &w.bk, &w.bv});
+    layer.wo = device_bf16(w.wo);
+    layer.bo = device_bf16(w.bo);
+    layer.mlp_norm = device_bf16(w.mlp_norm);
+    layer.w_gate_up = stack_rows({&w.w_gate, &w.w_up});
+    layer.w_down = device_bf16(w.w_down);
+    layers_.push_back(std::move(layer));
+  }
+}
+
+LlamaCuda::Cache LlamaCuda::new_cache(std::int64_t capacity) const {
+  Cache cache;
+  for (std::int64_t l = 0; l < config_.num_layers; ++l) {
+    cache.k.push_back(Tensor::zeros({capacity, config_.num_kv_heads, config_.head_dim}, DType::bf16, Device::cuda));
+    cache.v.push_back(Tensor::zeros({capacity, config_.num_kv_heads, config_.head_dim}, DType::bf16, Device::cuda));
+  }
+  return cache;
+}
+
+Tensor LlamaCuda::step(std::span<const std::int32_t> tokens, Cache& cache, AttentionMode mode,
+                       bool all_positions) const {
+  const auto rows = static_cast<std::int64_t>(tokens.size());
+  const std::int64_t hidden = config_.hidden_size, d = config_.head_dim;
+  const std::int64_t hq = config_.num_heads, hkv = config_.num_kv_heads;
+  HG_CHECK(rows > 0 && cache.length + rows <= cache.k[0].size(0), "LlamaCuda: ", rows, " tokens do not fit the cache");
+  std::vector<std::int32_t> positions(static_cast<std::size_t>(rows));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    HG_CHECK(tokens[r] >= 0 && tokens[r] < config_.vocab_size, "LlamaCuda: token ", tokens[r], " at ", r,
+             " is outside the vocabulary [0, ", config_.vocab_size, ")");
+    positions[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(cache.length + r);
+  }
+  const Tensor device_positions = device_i32(positions);  // also the cache slots: contiguous
+  const Tensor device_tokens = device_i32(std::vector<std::int32_t>(tokens.begin(), tokens.end()));
+
+  Tensor x = Tensor::empty({rows, hidden}, DType::bf16, Device::cuda);
+  cuda::embed_rows(embed_, device_tokens, x);
+  Tensor h = Tensor::empty({rows, hidden}, DType::bf16, Device::cuda);
+  Tensor qkv = Tensor::empty({rows, (hq + 2 * hkv) * d}, DType::bf16, Device::cuda);
+  Tensor q = Tensor::empty({rows, hq, d}, DType::bf16, Device::cuda);
+  Tensor o = Tensor::empty({rows, hq * d}, DType::bf16, Device::cuda);
+  Tensor delta = Tensor::empty({rows, hidden}, DType::bf16, Device::cuda);
+  Tensor gate_up = Tensor::empty({rows, 2 * config_.intermediate_size}, DType::bf16, Device::cuda);
+  Tensor act = Tensor::empty({rows, config_.intermediate_size}, DType::bf16, Device::cuda);
+  bool have_delta = false;
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& layer = layers_[l];
+    cuda::add_rms_norm(x, have_delta ? delta : Tensor{}, layer.attn_norm, static_cast<float>(config_.rms_norm_eps), h);
+    cuda::linear(h, layer.w_qkv, qkv);
+    if (layer.b_qkv.defined()) cuda::add_bias(qkv, layer.b_qkv);
+    cuda::rope_append_kv(qkv, hq, hkv, device_positions, inv_freq_, device_positions, cache.k[l], cache.v[l]);
+    // The q heads are the first hq * d columns of each qkv row.
+    HG_CHECK(cudaMemcpy2D(q.raw(), hq * d * 2, qkv.raw(), (hq + 2 * hkv) * d * 2, hq * d * 2, rows,
+                          cudaMemcpyDeviceToDevice) == cudaSuccess,
+             "LlamaCuda: cudaMemcpy2D of q failed");
+    SharingTree tree;
+    tree.sequences.push_back(Sequence{kNoParent, cache.k[l].slice(0, 0, cache.length + rows),
+                                      cache.v[l].slice(0, 0, cache.length + rows), rows});
+    const AttentionState state = tree_attention(tree, q, TreeAttentionOptions{std::nullopt, true, mode});
+    o.copy_from(state.o.reshape({rows, hq * d}).to(DType::bf16));
+    cuda::linear(o, layer.wo, delta);
+    if (layer.bo.defined()) cuda::add_bias(delta, layer.bo);
+    cuda::add_rms_norm(x, delta, layer.mlp_norm, static_cast<float>(config_.rms_norm_eps), h);
+    cuda::linear(h, layer.w_gate_up, gate_up);
+    cuda::silu_mul(gate_up, act);
+    cuda::linear(act, layer.w_down, delta);
+    have_delta = true;
+  }
+  cuda::add_rms_norm(x, delta, final_norm_, static_cast<float>(config_.rms_norm_eps), h);
+  cache.length += rows;
+  const Tensor last = all_positions ? h : h.slice(0, rows - 1, rows);
+  Tensor logits = Tensor::empty({last.size(0), config_.vocab_size}, DType::bf16, Device::cuda);
+  cuda::linear(last, lm_head_, logits);
+  return logits;
+}
+
+Tensor LlamaCuda::logits(std::span<const std::int32_t> tokens, AttentionMode mode) const {
+  Cache cache = new_cache(static_cast<std::int64_t>(tokens.size()));
+  return step(tokens, cache, mode, true).to(Device::cpu).to(DType::f32);
+}
+
+std::vector<std::int32_t> LlamaCuda::greedy(std::span<const std::int32_t> prompt, std::int64_t new_tokens,
+                                            AttentionMode mode) const {
+  HG_CHECK(!prompt.empty() && new_tokens >= 0, "LlamaCuda::greedy: needs a prompt and new_tokens >= 0");
+  Cache cache = new_cache(static_cast<std::int64_t>(prompt.size()) + new_tokens);
+  std::vector<std::int32_t> generated;
+  std::vector<std::int32_t> next(prompt.begin(), prompt.end());
+  while (static_cast<std::int64_t>(generated.size()) < new_tokens) {
+    const Tensor logits = step(next, cache, mode, false).to(Device::cpu).to(DType::f32);
+    next = {argmax_row(logits, 0)};
+    generated.push_back(next[0]);
+  }
+  return generated;
+}
+
+}  // namespace hydragen
+
+#endif  // HYDRAGEN_WITH_CUDA
