@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <string>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/paged_attention.cuh"
+#include "backend/cuda/shared_attention.cuh"
 
 namespace hydragen::cuda {
 namespace {
@@ -37,10 +39,35 @@ struct KernelPair {
   int shared_blocks_per_sm, suffix_blocks_per_sm;
 };
 
+// The shared launch: the wgmma kernel of shared_attention.cuh where the build has sm_90a code
+// for this device and head_dim is 128, unless HYDRAGEN_SHARED_KERNEL=mma asks for the
+// mma.sync template of paged_attention.cuh (which serves every other case).
+template <class T, int D>
+void use_wgmma_shared(KernelPair& k, int shared_tile_rows) {
+  if constexpr (D == 128) {
+    const char* env = std::getenv("HYDRAGEN_SHARED_KERNEL");
+    if (env != nullptr && std::string(env) == "mma") return;
+    const int blocks = shared_tile_rows == 128 ? prepare_shared_wgmma<T, 2>() : prepare_shared_wgmma<T, 1>();
+    HG_CHECK(blocks > 0 || env == nullptr || std::string(env) != "wgmma",
+             "HYDRAGEN_SHARED_KERNEL=wgmma: this build or device has no sm_90a code for it");
+    if (blocks == 0) return;
+    k.shared = shared_tile_rows == 128 ? launch_shared_wgmma<T, 2> : launch_shared_wgmma<T, 1>;
+    k.shared_blocks_per_sm = blocks;
+    if constexpr (std::is_same_v<T, __nv_bfloat16>)  // diagnostic variant (bf16, 128-row tiles)
+      if (env != nullptr && std::string(env) == "wgmma-swapv" && shared_tile_rows == 128) {
+        k.shared_blocks_per_sm = prepare_shared_wgmma<T, 2, true>();
+        k.shared = launch_shared_wgmma<T, 2, true>;
+      }
+  }
+}
+
 template <class T, int D>
 KernelPair kernels_for(int shared_tile_rows) {
-  if (shared_tile_rows == 128) return {launch<T, D, 8, 1>, launch<T, D, 1, 4>, prepare<T, D, 8, 1>(), prepare<T, D, 1, 4>()};
-  return {launch<T, D, 4, 1>, launch<T, D, 1, 4>, prepare<T, D, 4, 1>(), prepare<T, D, 1, 4>()};
+  KernelPair k = shared_tile_rows == 128
+                     ? KernelPair{launch<T, D, 8, 1>, launch<T, D, 1, 4>, prepare<T, D, 8, 1>(), prepare<T, D, 1, 4>()}
+                     : KernelPair{launch<T, D, 4, 1>, launch<T, D, 1, 4>, prepare<T, D, 4, 1>(), prepare<T, D, 1, 4>()};
+  use_wgmma_shared<T, D>(k, shared_tile_rows);
+  return k;
 }
 
 KernelPair select_kernels(DType dtype, int head_dim, int shared_tile_rows) {

@@ -1,0 +1,261 @@
+// The shared-segment attention kernel (kernel 1) on Hopper tensor cores (wgmma, sm_90a).
+//
+// One item = (range of a stacked segment's pieces, kv head, tile of 64 * WG stacked query
+// rows). Each warpgroup (4 warps, 128 threads) owns 64 query rows and runs the
+// FlashAttention-2 loop over the item's pieces (<= 64 keys each, read through the page table
+// with cp.async into a double-buffered, 128B-swizzled stage):
+//   S (64 x 64)  = Q (smem, K-major) . K^T (smem, K-major)      wgmma m64n64k16, 8 k-steps
+//   online softmax on S in registers (exp2 domain, as in paged_attention.cuh)
+//   O (64 x 128) += P (registers, bf16/f16) . V (smem, MN-major) wgmma m64n128k16, 4 k-steps
+// Accumulators are per thread: S 32 floats, O 64 floats (vs 64 + 128 for a 32-row mma.sync
+// warp), so two blocks of 2 warpgroups fit on an SM. The item's (o / l, lse) goes straight
+// from registers to its column of the partial-state buffer; the suffix kernel merges it.
+// head_dim 128 only; other head dims and non-sm_90a builds use paged_attention.cuh's kernel.
+//
+// Shared memory (1024-byte aligned; 128B swizzle: 16-byte chunk c of a 128-byte row r lives
+// at chunk c ^ (r % 8)); a 128-element row is split into two 64-element halves, each half a
+// [rows][128 B] array:
+//   Q:      [2 halves][64 * WG rows][128 B]
+//   stage s (2): K [2 halves][64 keys][128 B], then V the same.
+#pragma once
+
+#include <cstdint>
+
+#include "attn/paged_plan.h"
+#include "backend/cuda/attention_state.cuh"
+#include "backend/cuda/mma.cuh"
+#include "backend/cuda/paged_attention.cuh"
+#include "backend/cuda/wgmma.cuh"
+
+namespace hydragen::cuda {
+
+template <class T, int WG>
+struct WgmmaSharedTile {
+  static constexpr int D = 128;
+  static constexpr int kRows = 64 * WG;
+  static constexpr int kKeys = attn::kBlockTokens;
+  static constexpr int kThreads = 128 * WG;
+  static constexpr int kQHalf = kRows * 128;   // bytes of one 64-column half of Q
+  static constexpr int kKvHalf = kKeys * 128;  // bytes of one half of a K (or V) block
+  static constexpr int kKvBytes = 2 * kKvHalf;
+  static constexpr int kStages = 2;
+  static constexpr int kSmemBytes = 2 * kQHalf + kStages * 2 * kKvBytes + 1024;  // + alignment slack
+  static_assert(kKeys == 64, "the S tile is m64n64: 64-key pieces");
+};
+
+// Byte offset of 16-byte chunk c (0..15) of row r in a [2 halves][rows][128 B] swizzled array.
+__device__ __forceinline__ int swizzled_offset(int r, int c, int half_bytes) {
+  return (c >> 3) * half_bytes + r * 128 + (((c & 7) ^ (r & 7)) << 4);
+}
+
+template <class T>
+__device__ __forceinline__ void wgmma_s(float (&d)[32], std::uint64_t a, std::uint64_t b) {
+#if HYDRAGEN_WGMMA
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) wgmma::wgmma_m64n64k16_ss_bf16(d, a, b);
+  else wgmma::wgmma_m64n64k16_ss_f16(d, a, b);
+#endif
+}
+template <class T>
+__device__ __forceinline__ void wgmma_o(float (&d)[64], const std::uint32_t (&a)[4], std::uint64_t b) {
+#if HYDRAGEN_WGMMA
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) wgmma::wgmma_m64n128k16_rs_tb_bf16(d, a, b);
+  else wgmma::wgmma_m64n128k16_rs_tb_f16(d, a, b);
+#endif
+}
+
+// kSwapV (diagnostic only): V's descriptor with LBO and SBO exchanged.
+template <class T, int WG, bool kSwapV = false>
+__global__ void __launch_bounds__(128 * WG, 2) shared_attention_wgmma_kernel(const PagedAttentionParams p) {
+#if HYDRAGEN_WGMMA
+  using Tile = WgmmaSharedTile<T, WG>;
+  constexpr int D = Tile::D;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
+  unsigned char* sq = smem;
+  unsigned char* skv = smem + 2 * Tile::kQHalf;  // stage s: K at s * 2 * kKvBytes, V after it
+  const std::uint32_t sq_addr = ptx::smem_addr(sq), skv_addr = ptx::smem_addr(skv);
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = warp / 4;
+  const int group_size = p.q_heads / p.kv_heads;
+  const int item_count = *p.item_count;
+  const T* kp = static_cast<const T*>(p.k_pool);
+  const T* vp = static_cast<const T*>(p.v_pool);
+  const int r0 = wg * 64 + (warp % 4) * 16 + lane / 4;  // this thread's rows: r0 and r0 + 8
+
+  for (int item_index = blockIdx.x; item_index < item_count; item_index += gridDim.x) {
+    const attn::PlanItem it = p.items[item_index];
+    // Q tile: rows past row_count are zero (their scores are finite; they are never written).
+    for (int id = tid; id < Tile::kRows * 16; id += Tile::kThreads) {
+      const int r = id / 16, c = id % 16;
+      uint4 val = make_uint4(0, 0, 0, 0);
+      if (r < it.row_count) {
+        const attn::PlanRow row = p.rows[it.row_begin + r];
+        const std::int64_t qi = std::int64_t{row.token} * p.q_heads + it.kv_head * group_size + row.group;
+        val = __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(p.q) + qi * D) + c);
+      }
+      *reinterpret_cast<uint4*>(sq + swizzled_offset(r, c, Tile::kQHalf)) = val;
+    }
+    auto load = [&](int pi, int stage) {
+      const attn::PlanPiece piece = p.pieces[it.piece_begin + pi];
+      unsigned char* sk = skv + stage * 2 * Tile::kKvBytes;
+      unsigned char* sv = sk + Tile::kKvBytes;
+#pragma unroll
+      for (int i = 0; i < Tile::kKeys * 16 / Tile::kThreads; ++i) {
+        const int id = tid + i * Tile::kThreads;
+        const int key = id / 16, c = id % 16;
+        const bool valid = key < piece.tokens;
+        std::int64_t off = 0;
+        if (valid) {
+          const int tok = piece.token_begin + key;
+          const std::int64_t page = __ldg(p.pages + piece.page_offset + (tok >> p.page_shift));
+          off = (((page << p.page_shift) + (tok & (p.page_size - 1))) * p.kv_heads + it.kv_head) * D + c * 8;
+        }
+        const int o = swizzled_offset(key, c, Tile::kKvHalf);
+        ptx::cp_async_16(sk + o, kp + off, valid);
+        ptx::cp_async_16(sv + o, vp + off, valid);
+      }
+    };
+    if (it.piece_count > 0) load(0, 0);
+    ptx::cp_async_commit();
+
+    int limit[2];
+    for (int h = 0; h < 2; ++h)
+      limit[h] = r0 + 8 * h < it.row_count ? p.rows[it.row_begin + r0 + 8 * h].key_limit : INT32_MAX;
+    const int min_limit = min(limit[0], limit[1]);
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+    float o[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) o[i] = 0.f;
+
+    for (int pi = 0; pi < it.piece_count; ++pi) {
+      const attn::PlanPiece piece = p.pieces[it.piece_begin + pi];
+      if (pi + 1 < it.piece_count) {
+        load(pi + 1, (pi + 1) & 1);
+        ptx::cp_async_commit();
+        ptx::cp_async_wait<1>();
+      } else {
+        ptx::cp_async_wait<0>();
+      }
+      wgmma::fence_proxy_async();  // cp.async / st.shared writes -> the tensor cores' reads
+      __syncthreads();
+      const std::uint32_t k_addr = skv_addr + (pi & 1) * 2 * Tile::kKvBytes;
+      const std::uint32_t v_addr = k_addr + Tile::kKvBytes;
+
+      float s[32];
+#pragma unroll
+      for (int i = 0; i < 32; ++i) s[i] = 0.f;
+      wgmma::fence_operands(s);
+      wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const std::uint64_t a = wgmma::desc(sq_addr + (kk >> 2) * Tile::kQHalf + wg * 64 * 128 + (kk & 3) * 32, 16, 1024);
+        const std::uint64_t b = wgmma::desc(k_addr + (kk >> 2) * Tile::kKvHalf + (kk & 3) * 32, 16, 1024);
+        wgmma_s<T>(s, a, b);
+      }
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::fence_operands(s);
+
+      // Mask (past the piece, or causal) only where needed; online softmax, scale folded in.
+      if (piece.tokens < Tile::kKeys || piece.position + Tile::kKeys > min_limit) {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = nt * 8 + (lane % 4) * 2 + (e & 1);
+            if (!(key < piece.tokens && piece.position + key < limit[e / 2])) s[nt * 4 + e] = -INFINITY;
+          }
+      }
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int i = 0; i < 32; ++i) mx[(i / 2) % 2] = fmaxf(mx[(i / 2) % 2], s[i]);
+      float alpha[2], base[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+        const float mn = fmaxf(m[h], mx[h] * p.scale_log2);
+        base[h] = mn == -INFINITY ? 0.f : mn;  // all masked so far: keep exp2 finite
+        alpha[h] = exp2f(m[h] - base[h]);
+        m[h] = mn;
+        l[h] *= alpha[h];
+      }
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int h = (i / 2) % 2;
+        s[i] = exp2f(fmaf(s[i], p.scale_log2, -base[h]));
+        l[h] += s[i];
+      }
+#pragma unroll
+      for (int i = 0; i < 64; ++i) o[i] *= alpha[(i / 2) % 2];
+
+      wgmma::fence_operands(o);
+      wgmma::fence();
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const std::uint32_t a[4] = {ptx::pack2<T>(s[8 * j + 0], s[8 * j + 1]), ptx::pack2<T>(s[8 * j + 2], s[8 * j + 3]),
+                                    ptx::pack2<T>(s[8 * j + 4], s[8 * j + 5]), ptx::pack2<T>(s[8 * j + 6], s[8 * j + 7])};
+        wgmma_o<T>(o, a,
+                   kSwapV ? wgmma::desc(v_addr + j * 16 * 128, 1024, Tile::kKvHalf)
+                          : wgmma::desc(v_addr + j * 16 * 128, Tile::kKvHalf, 1024));
+      }
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::fence_operands(o);
+      __syncthreads();  // the stage is overwritten by the load two pieces ahead; Q by the next item
+    }
+    ptx::cp_async_wait<0>();
+
+    // (o / l, lse) of this thread's two rows straight from registers.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+      const int r = r0 + 8 * h;
+      if (r < it.row_count) {
+        const attn::PlanRow row = p.rows[it.row_begin + r];
+        const std::int64_t e =
+            row.state_base + std::int64_t{it.column} * row.state_stride + it.kv_head * group_size + row.group;
+        const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
+        float* dst = p.states.o + e * D + (lane % 4) * 2;
+#pragma unroll
+        for (int i = 0; i < 16; ++i)
+          *reinterpret_cast<float2*>(dst + i * 8) = make_float2(o[i * 4 + 2 * h] * inv, o[i * 4 + 2 * h + 1] * inv);
+        if (lane % 4 == 0) p.states.lse[e] = l[h] > 0.f ? (m[h] + __log2f(l[h])) * 0.69314718056f : -INFINITY;
+      }
+    }
+    __syncthreads();  // shared memory (Q, stages) is reused by the next item
+  }
+#endif
+}
+
+// Host side: raise the shared-memory limit once; resident blocks per SM, or 0 when this build
+// or device has no sm_90a code for the kernel (the caller falls back to paged_attention.cuh).
+template <class T, int WG, bool kSwapV = false>
+int prepare_shared_wgmma() {
+  using Tile = WgmmaSharedTile<T, WG>;
+  auto kernel = shared_attention_wgmma_kernel<T, WG, kSwapV>;
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess || attr.binaryVersion != 90) {
+    cudaGetLastError();
+    return 0;
+  }
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  int blocks = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, Tile::kThreads, Tile::kSmemBytes) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return blocks;
+}
+
+template <class T, int WG, bool kSwapV = false>
+void launch_shared_wgmma(const PagedAttentionParams& p, int grid, cudaStream_t stream) {
+  using Tile = WgmmaSharedTile<T, WG>;
+  shared_attention_wgmma_kernel<T, WG, kSwapV><<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
+}
+
+}  // namespace hydragen::cuda
