@@ -3,7 +3,7 @@
 sentencepiece), for the CPU tests to assert against. Runs on the GPU machine, which has those
 libraries; CI only reads the committed results.
 
-  python3 scripts/make-reference.py --out DIR [--only model|tokenizer]
+  python3 scripts/make-reference.py --out DIR [--only model|tokenizer] [--variant NAME ...]
 
 DIR/model/<variant>/      see scripts/reference/model.py  -> tests/fixtures/model/
 DIR/tokenizer/<kind>/     see scripts/reference/tokenizer.py -> tests/fixtures/tokenizer/
@@ -18,11 +18,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent / "reference"))
 
 
-def run_part(name, out):
+def run_part(name, out, variants=None):
     try:
         if name == "model":
             from model import make_model_fixtures
-            return make_model_fixtures(out)
+            return make_model_fixtures(out, variants)
         from tokenizer import make_tokenizer_fixtures
         return make_tokenizer_fixtures(out)
     except ImportError as error:
@@ -37,9 +37,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--only", choices=["model", "tokenizer"], help="make one part only")
+    parser.add_argument("--variant", action="append", help="model variant to make (repeatable; default all)")
     args = parser.parse_args()
     parts = [args.only] if args.only else ["model", "tokenizer"]
-    summary = {part: run_part(part, Path(args.out) / part) for part in parts}
+    summary = {part: run_part(part, Path(args.out) / part, args.variant) for part in parts}
     print(json.dumps(summary, indent=2, default=str))
 
 
