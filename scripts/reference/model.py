@@ -50,7 +50,7 @@ VARIANTS = {
                            num_key_value_heads=2, rope_theta=10000.0, rope_scaling=None, tie_word_embeddings=True,
                            attention_bias=False, mlp_bias=False),
 }
-SEED_CANDIDATES = {"tiny-llama-d64": range(SEED, SEED + 16)}
+SEED_CANDIDATES = {"tiny-llama-d64": range(SEED, SEED + 64)}
 
 
 def prompts(vocab):
