@@ -53,13 +53,14 @@ int append_pieces(std::vector<PlanPiece>& pieces, std::int32_t page_offset, std:
 
 // Split count for a range of `tokens` keys when the kernel's unsplit work is `base_items`
 // items on `slots` resident blocks: the fewest splits that fill the waves best.
-int splits_for(std::int64_t tokens, std::int64_t base_items, int slots) {
+int splits_for(std::int64_t tokens, std::int64_t base_items, int slots,
+               std::int64_t min_split_tokens = kMinSplitTokens) {
   if (tokens <= 0 || base_items <= 0 || base_items >= slots) return 1;
   auto fill = [&](std::int64_t s) {
     const std::int64_t items = base_items * s;
     return double(items) / double(ceil_div(items, slots) * slots);
   };
-  const std::int64_t most = std::min<std::int64_t>({std::max<std::int64_t>(1, tokens / kMinSplitTokens), kMaxSplits,
+  const std::int64_t most = std::min<std::int64_t>({std::max<std::int64_t>(1, tokens / min_split_tokens), kMaxSplits,
                                                     ceil_div(2 * std::int64_t{slots}, base_items)});
   std::int64_t best = 1;
   for (std::int64_t s = 2; s <= most; ++s)
@@ -121,8 +122,28 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
     if (stacked[i]) shared_base_items += hkv * ceil_div(rows_below[i], options.shared_tile_rows);
   }
   std::vector<int> seg_splits(num_segments, 0);
+  // options.shared_split_past_one_wave: shared items that already fill a wave or more are
+  // split too when that fills the last wave better. MHA 40/40 at B=1024: 320 items of 128 rows
+  // on 264 slots = 1.21 waves (61% of the second wave's slots busy); 4 splits = 1280 items =
+  // 4.85 waves (97%). At most 4 splits of >= kMinSplitTokens keys (more splits: more partial
+  // states for the suffix kernel to merge).
+  auto splits_past_one_wave = [&](std::int64_t tokens) {
+    const std::int64_t slots = options.shared_slots;
+    auto fill = [&](std::int64_t s) {
+      const std::int64_t items = shared_base_items * s;
+      return double(items) / double(ceil_div(items, slots) * slots);
+    };
+    const std::int64_t most = std::min<std::int64_t>(4, std::max<std::int64_t>(1, tokens / kMinSplitTokens));
+    std::int64_t best = 1;
+    for (std::int64_t s = 2; s <= most; ++s)
+      if (fill(s) > fill(best) + 0.02) best = s;
+    return static_cast<int>(best);
+  };
   for (int i = 0; i < num_segments; ++i)
-    if (stacked[i]) seg_splits[i] = splits_for(layout.segments[i].tokens, shared_base_items, options.shared_slots);
+    if (stacked[i])
+      seg_splits[i] = options.shared_split_past_one_wave && shared_base_items >= options.shared_slots
+                          ? splits_past_one_wave(layout.segments[i].tokens)
+                          : splits_for(layout.segments[i].tokens, shared_base_items, options.shared_slots);
 
   // Per sequence: shared columns, own keys, suffix splits, partial-state region.
   std::vector<int> shared_columns(num_sequences, 0), own_splits(num_sequences, 1), columns(num_sequences);
@@ -147,7 +168,8 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
   }
   for (int s = 0; s < num_sequences; ++s) {
     const auto& seq = layout.sequences[s];
-    own_splits[s] = splits_for(own_tokens[s], suffix_base_items, options.suffix_slots);
+    own_splits[s] = splits_for(own_tokens[s], suffix_base_items, options.suffix_slots,
+                               options.suffix_min_split_tokens);
     columns[s] = shared_columns[s] + own_splits[s];
     plan.max_columns = std::max(plan.max_columns, columns[s]);
     state_base[s] = plan.state_entries;

@@ -7,7 +7,7 @@
 //   shared items: (a block-aligned range of one stacked segment, kv head, tile of <= 64
 //                 query rows of the sequences below) -> fp32 partial state per row
 //   suffix items: (a range of one sequence's own keys: folded segments + suffix, kv head,
-//                 tile of <= 16 of its rows) -> partial state; the last item of a merge
+//                 tile of <= kSuffixTileRows of its rows) -> partial state; the last item of a merge
 //                 group merges every partial state of its rows into the final output.
 // A query "row" of a tile is (query token, g) with q head = kv_head * G + g (GQA).
 // Keys are read in pieces of <= kBlockTokens tokens; a piece never spans two segments.
@@ -23,7 +23,7 @@ namespace hydragen::attn {
 // Keys per piece: the kernels' K/V block. Both kernels use it.
 inline constexpr int kBlockTokens = 64;
 inline constexpr int kSharedTileRows = 128;  // default query rows per shared item (8 warps x 16)
-inline constexpr int kSuffixTileRows = 16;  // query rows per suffix item (one mma row tile)
+inline constexpr int kSuffixTileRows = 8;  // query rows per suffix item (decode kernel: one warp)
 
 // Dispatch: a segment is stacked (attended once by all sequences below it) only when it is
 // read by at least kMinSharersToStack sequences and holds at least kMinSegmentTokensToStack
@@ -40,6 +40,7 @@ inline constexpr std::int64_t kMinSegmentTokensToStack = 64;
 inline constexpr int kSharedSlots = 264;
 inline constexpr int kSuffixSlots = 396;
 inline constexpr std::int64_t kMinSplitTokens = 512;
+inline constexpr std::int64_t kMinSuffixSplitTokens = 128;  // the decode kernel: 4 chunks of 32 keys
 inline constexpr int kMaxSplits = 64;
 
 // Where each segment's and each sequence's keys are, in pages of the pool.
@@ -110,7 +111,11 @@ struct PlanOptions {
   std::int64_t min_segment_tokens_to_stack = kMinSegmentTokensToStack;
   int shared_slots = kSharedSlots;
   int suffix_slots = kSuffixSlots;
+  std::int64_t suffix_min_split_tokens = kMinSuffixSplitTokens;
   int shared_tile_rows = kSharedTileRows;  // 64 or 128 (16 rows per warp)
+  // Split stacked segments also when their items already fill a wave of shared_slots (see
+  // build_attention_plan). Off by default; the CUDA backend turns it on with the v5 kernel.
+  bool shared_split_past_one_wave = false;
 };
 
 // Validates the layout (parents, page counts) and builds the plan.

@@ -7,8 +7,10 @@
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/decode_attention.cuh"
 #include "backend/cuda/paged_attention.cuh"
 #include "backend/cuda/shared_attention.cuh"
+#include "backend/cuda/shared_attention_v5.cuh"
 
 namespace hydragen::cuda {
 namespace {
@@ -34,9 +36,47 @@ int prepare() {
   return blocks;
 }
 
+// The suffix launch's decode kernel (one warp per item, non-persistent grid).
+template <class T, int D>
+void launch_decode(const PagedAttentionParams& p, int grid, cudaStream_t stream) {
+  using Shape = DecodeShape<T, D>;
+  decode_attention_kernel<T, D><<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(p);
+}
+template <class T, int D>
+int prepare_decode() {
+  using Shape = DecodeShape<T, D>;
+  auto kernel = decode_attention_kernel<T, D>;
+  HG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes));
+  int blocks = 0;
+  HG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, Shape::kThreads, Shape::kSmemBytes));
+  HG_CHECK(blocks > 0, "paged attention: the decode kernel does not fit on this device");
+  return blocks;
+}
+constexpr int kDecodeItemsPerBlock = 4;  // DecodeShape::kWarps
+
+// Which kernel runs the suffix launch, chosen at upload from the plan: the decode kernel
+// (one warp per item) for items of <= 2 rows (MHA) and for items of <= 32 pieces (2K keys)
+// on average; the mma kernel for longer items of 3..8 rows, where its tensor-core tile streams
+// K/V faster (A/B on the H200: 32/8 B=64 16K paged 0.99 mma vs 1.40 ms decode; B=64 1K 0.12
+// decode vs 0.23 ms mma; docs/perf-notes.md v4). Both are correct for every plan, so a graph captured before an
+// upload stays correct. HYDRAGEN_SUFFIX_KERNEL=mma|decode forces one (A/B timing).
+bool choose_decode_suffix(const attn::AttentionPlan& plan) {
+  if (const char* env = std::getenv("HYDRAGEN_SUFFIX_KERNEL")) {
+    if (std::string(env) == "mma") return false;
+    if (std::string(env) == "decode") return true;
+  }
+  if (plan.suffix_items.empty()) return true;
+  std::int64_t pieces = 0;
+  int max_rows = 0;
+  for (const attn::PlanItem& it : plan.suffix_items) pieces += it.piece_count, max_rows = std::max(max_rows, it.row_count);
+  return pieces <= 32 * static_cast<std::int64_t>(plan.suffix_items.size()) || max_rows <= 2;
+}
+
 struct KernelPair {
   LaunchFn shared, suffix;
   int shared_blocks_per_sm, suffix_blocks_per_sm;
+  LaunchFn decode = nullptr;  // the suffix launch when set
+  int decode_blocks_per_sm = 0;
 };
 
 // The shared launch: the wgmma kernel of shared_attention.cuh where the build has sm_90a code
@@ -58,6 +98,12 @@ void use_wgmma_shared(KernelPair& k, int shared_tile_rows) {
         k.shared_blocks_per_sm = prepare_shared_wgmma<T, 2, true>();
         k.shared = launch_shared_wgmma<T, 2, true>;
       }
+    if (env != nullptr && std::string(env) == "v5") {  // shared_attention_v5.cuh (not yet the default)
+      const int v5_blocks = shared_tile_rows == 128 ? prepare_shared_v5<T, 2>() : prepare_shared_v5<T, 1>();
+      HG_CHECK(v5_blocks > 0, "HYDRAGEN_SHARED_KERNEL=v5: this build or device has no sm_90a code for it");
+      k.shared = shared_tile_rows == 128 ? launch_shared_v5<T, 2> : launch_shared_v5<T, 1>;
+      k.shared_blocks_per_sm = v5_blocks;
+    }
   }
 }
 
@@ -67,6 +113,7 @@ KernelPair kernels_for(int shared_tile_rows) {
                      ? KernelPair{launch<T, D, 8, 1>, launch<T, D, 1, 4>, prepare<T, D, 8, 1>(), prepare<T, D, 1, 4>()}
                      : KernelPair{launch<T, D, 4, 1>, launch<T, D, 1, 4>, prepare<T, D, 4, 1>(), prepare<T, D, 1, 4>()};
   use_wgmma_shared<T, D>(k, shared_tile_rows);
+  k.decode = launch_decode<T, D>, k.decode_blocks_per_sm = prepare_decode<T, D>();
   return k;
 }
 
@@ -111,10 +158,16 @@ attn::PlanOptions plan_options_for_device(DType dtype, int head_dim, AttentionMo
   options.mode = mode;
   options.causal = causal;
   if (const char* env = std::getenv("HYDRAGEN_SHARED_TILE_ROWS")) options.shared_tile_rows = std::atoi(env);
+  {  // with HYDRAGEN_SHARED_KERNEL=v5 plans split shared work past one wave too; HYDRAGEN_SHARED_WAVES=0/1 overrides
+    const char* kernel = std::getenv("HYDRAGEN_SHARED_KERNEL");
+    const char* waves = std::getenv("HYDRAGEN_SHARED_WAVES");
+    options.shared_split_past_one_wave =
+        waves != nullptr ? std::atoi(waves) != 0 : kernel != nullptr && std::string(kernel) == "v5";
+  }
   const KernelPair k = select_kernels(dtype, head_dim, options.shared_tile_rows);
   const int sms = multiprocessors();
   options.shared_slots = sms * k.shared_blocks_per_sm;
-  options.suffix_slots = sms * k.suffix_blocks_per_sm;
+  options.suffix_slots = k.decode ? sms * k.decode_blocks_per_sm * kDecodeItemsPerBlock : sms * k.suffix_blocks_per_sm;
   return options;
 }
 
@@ -137,7 +190,8 @@ struct PagedAttentionRunner::Impl {
   int head_dim, q_heads, kv_heads;
   PlanCapacity capacity;
   KernelPair kernels;
-  int shared_grid = 0, suffix_grid = 0;
+  int shared_grid = 0, suffix_grid = 0, decode_grid = 0;
+  bool suffix_decode = true;  // set by upload (choose_decode_suffix)
   std::int32_t* pages = nullptr;
   attn::PlanPiece* pieces = nullptr;
   attn::PlanRow* rows = nullptr;
@@ -162,6 +216,8 @@ PagedAttentionRunner::PagedAttentionRunner(DType dtype, int head_dim, int q_head
   // Persistent grids: the item count is read on the device, so the launch shape is fixed.
   m.shared_grid = static_cast<int>(std::min<std::int64_t>(capacity.shared_items, sms * m.kernels.shared_blocks_per_sm));
   m.suffix_grid = static_cast<int>(std::min<std::int64_t>(capacity.suffix_items, sms * m.kernels.suffix_blocks_per_sm));
+  // decode: one warp per item, blocks past the item count exit at once
+  m.decode_grid = static_cast<int>((capacity.suffix_items + kDecodeItemsPerBlock - 1) / kDecodeItemsPerBlock);
   m.pages = device_array<std::int32_t>(capacity.pages);
   m.pieces = device_array<attn::PlanPiece>(capacity.pieces);
   m.rows = device_array<attn::PlanRow>(capacity.rows);
@@ -188,6 +244,7 @@ PagedAttentionRunner::~PagedAttentionRunner() {
 void PagedAttentionRunner::upload(const attn::AttentionPlan& plan) {
   Impl& m = *impl_;
   copy_to(m.pages, plan.pages, m.capacity.pages, "pages");
+  m.suffix_decode = choose_decode_suffix(plan);
   copy_to(m.pieces, plan.pieces, m.capacity.pieces, "pieces");
   copy_to(m.rows, plan.rows, m.capacity.rows, "rows");
   copy_to(m.shared_items, plan.shared_items, m.capacity.shared_items, "shared items");
@@ -228,7 +285,8 @@ void PagedAttentionRunner::run(const PagedAttentionArgs& args, void* stream, boo
   }
   if (shared_only || m.suffix_grid == 0) return;
   p.items = m.suffix_items, p.item_count = m.counts + 1;
-  m.kernels.suffix(p, m.suffix_grid, st);
+  if (m.suffix_decode) m.kernels.decode(p, m.decode_grid, st);
+  else m.kernels.suffix(p, m.suffix_grid, st);
   HG_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,0 +1,306 @@
+// The suffix (decode) kernel: one WARP per suffix item, no tensor cores, no shared-memory
+// staging of K/V. Memory-bound work wants many independent items in flight per SM, so each
+// warp runs its item on its own (4 items per 128-thread block, non-persistent grid: blocks
+// past the plan's item count exit at once), and its K/V loads go straight to registers.
+//
+// Per item (<= kRows rows of one sequence and kv head, a list of pieces of <= 64 keys):
+//   keys in chunks of 32 (half a piece): lane j owns key j of the chunk, loads its whole K row
+//   (D/8 16-byte loads, all in flight at once) and computes its score for every row against
+//   Q kept as fp32 in shared memory (broadcast reads); online softmax per row over the chunk
+//   (max by 5 shuffles; l kept per lane, summed once at the end); p goes to shared memory;
+//   then lane d owns D/32 output dims and streams the chunk's V rows (coalesced 8-byte
+//   loads) against p. The item writes (o / l, lse) to its state column, or -- when it alone
+//   makes its rows' output (one item, one column) -- the final output directly. Otherwise
+//   the last arrival of its merge group (atomic ticket, one fence by lane 0) merges.
+#pragma once
+
+#include <cstdint>
+
+#include "attn/paged_plan.h"
+#include "backend/cuda/attention_state.cuh"
+#include "backend/cuda/mma.cuh"
+#include "backend/cuda/paged_attention.cuh"
+
+namespace hydragen::cuda {
+
+template <class T, int D>
+struct DecodeShape {
+  static constexpr int kRows = 8;        // rows per item (PlanOptions::suffix_tile_rows <= this)
+  static constexpr int kWarps = 4;       // items per block
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kChunk = 32;      // keys per step (one per lane)
+  static constexpr int kKeyLoads = D / 8;  // 16-byte loads per K row
+  static constexpr int kDims = D / 32;     // output dims per lane
+  static constexpr int kWarpSmemFloats = kRows * D + kRows * kChunk;
+  static constexpr int kSmemBytes = kWarps * kWarpSmemFloats * 4;
+  static_assert(D == 64 || D == 128);
+};
+
+template <class T>
+__device__ __forceinline__ void unpack8(const uint4& u, float (&f)[8]) {
+  const std::uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      f[2 * i] = __uint_as_float(w[i] << 16);
+      f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    } else {
+      const float2 x = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+      f[2 * i] = x.x, f[2 * i + 1] = x.y;
+    }
+  }
+}
+
+template <class T>
+__device__ __forceinline__ float2 unpack2(std::uint32_t w) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+  } else {
+    return __half22float2(*reinterpret_cast<const __half2*>(&w));
+  }
+}
+
+// One item of <= R rows (R: 1, 2, 4 or 8; the kernel picks the smallest that holds it, so an
+// MHA decode row does 1/8 of the arithmetic of a GQA group of 8).
+template <class T, int D, int R>
+__device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const attn::PlanItem& it, float* sq,
+                                            float* sp, int lane) {
+  using Shape = DecodeShape<T, D>;
+  constexpr int DL = Shape::kDims;
+  const int group_size = p.q_heads / p.kv_heads;
+  const int rows = it.row_count;
+  // Row r's fields live in lane r; broadcast by shuffles.
+  attn::PlanRow my_row{0, 0, 0, 0, 0};
+  if (lane < rows) my_row = p.rows[it.row_begin + lane];
+  int limit[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) limit[r] = __shfl_sync(0xffffffffu, my_row.key_limit, r);
+  // Q rows -> fp32 in shared memory (rows past `rows` are zero).
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int token = __shfl_sync(0xffffffffu, my_row.token, r);
+    const int g = __shfl_sync(0xffffffffu, my_row.group, r);
+    float f[DL];
+#pragma unroll
+    for (int i = 0; i < DL; ++i) f[i] = 0.f;
+    if (r < rows) {
+      const std::int64_t qi = std::int64_t{token} * p.q_heads + it.kv_head * group_size + g;
+      const T* q = static_cast<const T*>(p.q) + qi * D + lane * DL;
+      if constexpr (DL == 4) {
+        const uint2 u = *reinterpret_cast<const uint2*>(q);
+        const float2 a = unpack2<T>(u.x), b = unpack2<T>(u.y);
+        f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
+      } else {
+        const float2 a = unpack2<T>(*reinterpret_cast<const std::uint32_t*>(q));
+        f[0] = a.x, f[1] = a.y;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < DL; ++i) sq[r * D + lane * DL + i] = f[i] * p.scale_log2;
+  }
+  __syncwarp();
+
+  const T* kp = static_cast<const T*>(p.k_pool);
+  const T* vp = static_cast<const T*>(p.v_pool);
+  float m[R], l[R], acc[R][DL];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    m[r] = -INFINITY, l[r] = 0.f;
+#pragma unroll
+    for (int i = 0; i < DL; ++i) acc[r][i] = 0.f;
+  }
+
+  // Chunk ci = half (ci & 1) of piece ci / 2. The next chunk's piece and page are fetched
+  // while this one computes, so a chunk costs the K and V round trips only.
+  const int chunks = it.piece_count * 2;
+  auto locate = [&](const attn::PlanPiece& pc, int half, std::int64_t& off) {
+    const int first = half * Shape::kChunk;
+    off = 0;
+    if (lane < pc.tokens - first) {
+      const int tok = pc.token_begin + first + lane;
+      const std::int64_t page = __ldg(p.pages + pc.page_offset + (tok >> p.page_shift));
+      off = (((page << p.page_shift) + (tok & (p.page_size - 1))) * p.kv_heads + it.kv_head) * D;
+    }
+  };
+  attn::PlanPiece next_piece{0, 0, 0, 0};
+  std::int64_t next_off = 0;
+  if (chunks > 0) {
+    next_piece = p.pieces[it.piece_begin];
+    locate(next_piece, 0, next_off);
+  }
+  for (int ci = 0; ci < chunks; ++ci) {
+    const attn::PlanPiece piece = next_piece;
+    const std::int64_t row_off = next_off;  // element offset of this lane's key in the pools
+    const int first = (ci & 1) * Shape::kChunk;
+    const int count = min(piece.tokens - first, Shape::kChunk);  // valid keys in this chunk
+    const bool valid = lane < count;
+    if (count <= 0) {  // the empty second half of a short piece
+      if (ci + 1 < chunks) {
+        next_piece = p.pieces[it.piece_begin + (ci + 1) / 2];
+        locate(next_piece, 0, next_off);
+      }
+      continue;
+    }
+    // Scores: this lane's key against every row.
+    float s[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) s[r] = 0.f;
+    uint4 kr[Shape::kKeyLoads];
+    if (valid) {
+      const uint4* ksrc = reinterpret_cast<const uint4*>(kp + row_off);
+#pragma unroll
+      for (int c = 0; c < Shape::kKeyLoads; ++c) kr[c] = __ldg(ksrc + c);
+    }
+    if (ci + 1 < chunks) {
+      if ((ci & 1) == 1) next_piece = p.pieces[it.piece_begin + (ci + 1) / 2];
+      locate(next_piece, (ci + 1) & 1, next_off);
+    }
+    if (valid) {
+#pragma unroll
+      for (int c = 0; c < Shape::kKeyLoads; ++c) {
+        float k[8];
+        unpack8<T>(kr[c], k);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const float4 q0 = *reinterpret_cast<const float4*>(sq + r * D + c * 8);
+          const float4 q1 = *reinterpret_cast<const float4*>(sq + r * D + c * 8 + 4);
+          s[r] = fmaf(q0.x, k[0], s[r]);
+          s[r] = fmaf(q0.y, k[1], s[r]);
+          s[r] = fmaf(q0.z, k[2], s[r]);
+          s[r] = fmaf(q0.w, k[3], s[r]);
+          s[r] = fmaf(q1.x, k[4], s[r]);
+          s[r] = fmaf(q1.y, k[5], s[r]);
+          s[r] = fmaf(q1.z, k[6], s[r]);
+          s[r] = fmaf(q1.w, k[7], s[r]);
+        }
+      }
+    }
+    const int pos = piece.position + first + lane;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (!valid || pos >= limit[r]) s[r] = -INFINITY;
+      float mx = s[r];
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      const float mn = fmaxf(m[r], mx);
+      const float base = mn == -INFINITY ? 0.f : mn;
+      const float alpha = exp2f(m[r] - base);
+      m[r] = mn;
+      const float pr = exp2f(s[r] - base);
+      l[r] = l[r] * alpha + pr;
+#pragma unroll
+      for (int i = 0; i < DL; ++i) acc[r][i] *= alpha;
+      sp[r * Shape::kChunk + lane] = pr;
+    }
+    __syncwarp();
+    // o += p V: this lane's DL dims of each of the chunk's keys (uniform loop bound).
+#pragma unroll 8
+    for (int j = 0; j < count; ++j) {
+      const std::int64_t off = __shfl_sync(0xffffffffu, row_off, j);
+      float v[DL];
+      if constexpr (DL == 4) {
+        const uint2 u = __ldg(reinterpret_cast<const uint2*>(vp + off + lane * DL));
+        const float2 a = unpack2<T>(u.x), b = unpack2<T>(u.y);
+        v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+      } else {
+        const float2 a = unpack2<T>(__ldg(reinterpret_cast<const std::uint32_t*>(vp + off + lane * DL)));
+        v[0] = a.x, v[1] = a.y;
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const float pr = sp[r * Shape::kChunk + j];
+#pragma unroll
+        for (int i = 0; i < DL; ++i) acc[r][i] = fmaf(pr, v[i], acc[r][i]);
+      }
+    }
+    __syncwarp();  // sp is rewritten by the next chunk
+  }
+
+  // Row sums; (o / l, lse) per row.
+  float inv[R], lse[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    float t = l[r];
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) t += __shfl_xor_sync(0xffffffffu, t, o);
+    inv[r] = t > 0.f ? 1.f / t : 0.f;
+    lse[r] = t > 0.f ? (m[r] + __log2f(t)) * 0.69314718056f : -INFINITY;
+  }
+
+  const attn::PlanMergeGroup grp = p.groups[it.group];
+  if (grp.items == 1 && grp.columns == 1) {  // the only state of its rows: final output
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (r >= rows) break;
+      const int token = __shfl_sync(0xffffffffu, my_row.token, r);
+      const int g = __shfl_sync(0xffffffffu, my_row.group, r);
+      const std::int64_t qi = std::int64_t{token} * p.q_heads + it.kv_head * group_size + g;
+      T* out = static_cast<T*>(p.out) + qi * D + lane * DL;
+#pragma unroll
+      for (int i = 0; i < DL; ++i) out[i] = ptx::from_float<T>(acc[r][i] * inv[r]);
+      if (lane == 0) p.out_lse[qi] = lse[r];
+    }
+    return;
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (r >= rows) break;
+    const int g = __shfl_sync(0xffffffffu, my_row.group, r);
+    const int stride = __shfl_sync(0xffffffffu, my_row.state_stride, r);
+    const int base = __shfl_sync(0xffffffffu, my_row.state_base, r);
+    const std::int64_t e = base + std::int64_t{it.column} * stride + it.kv_head * group_size + g;
+    float* o = p.states.o + e * D + lane * DL;
+    if constexpr (DL == 4) {
+      *reinterpret_cast<float4*>(o) =
+          make_float4(acc[r][0] * inv[r], acc[r][1] * inv[r], acc[r][2] * inv[r], acc[r][3] * inv[r]);
+    } else {
+      *reinterpret_cast<float2*>(o) = make_float2(acc[r][0] * inv[r], acc[r][1] * inv[r]);
+    }
+    if (lane == 0) p.states.lse[e] = lse[r];
+  }
+  // Ticket: lane 0 releases the warp's writes (ordered before it by __syncwarp).
+  __syncwarp();
+  int last = 0;
+  if (lane == 0) {
+    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+    const int before = atomicAdd(p.group_arrivals + it.group, 1);
+    last = before == grp.items - 1;
+    if (last) {
+      p.group_arrivals[it.group] = 0;  // ready for the next launch
+      asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+    }
+  }
+  last = __shfl_sync(0xffffffffu, last, 0);
+  if (!last) return;
+  __syncwarp();
+  for (int id = lane; id < rows * (D / 4); id += 32) {
+    const int r = id / (D / 4), c = (id % (D / 4)) * 4;
+    const attn::PlanRow row = p.rows[it.row_begin + r];
+    const int head = it.kv_head * group_size + row.group;
+    float4 o;
+    const float merged = merge_states_chunk(p.states, D, row.state_base + head, row.state_stride, grp.columns, c, &o);
+    const std::int64_t qi = std::int64_t{row.token} * p.q_heads + head;
+    T* out = static_cast<T*>(p.out) + qi * D + c;
+    out[0] = ptx::from_float<T>(o.x), out[1] = ptx::from_float<T>(o.y);
+    out[2] = ptx::from_float<T>(o.z), out[3] = ptx::from_float<T>(o.w);
+    if (c == 0) p.out_lse[qi] = merged;
+  }
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(DecodeShape<T, D>::kThreads, 3) decode_attention_kernel(const PagedAttentionParams p) {
+  using Shape = DecodeShape<T, D>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int item_index = blockIdx.x * Shape::kWarps + warp;
+  if (item_index >= *p.item_count) return;
+  float* sq = reinterpret_cast<float*>(smem) + warp * Shape::kWarpSmemFloats;  // [kRows][D]
+  float* sp = sq + Shape::kRows * D;                                           // [kRows][kChunk]
+  const attn::PlanItem it = p.items[item_index];
+  if (it.row_count <= 1) decode_item<T, D, 1>(p, it, sq, sp, lane);
+  else if (it.row_count <= 2) decode_item<T, D, 2>(p, it, sq, sp, lane);
+  else if (it.row_count <= 4) decode_item<T, D, 4>(p, it, sq, sp, lane);
+  else decode_item<T, D, 8>(p, it, sq, sp, lane);
+}
+
+}  // namespace hydragen::cuda
