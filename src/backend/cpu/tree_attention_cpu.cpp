@@ -57,11 +57,30 @@ OnlineSoftmaxTile sequence_tile(const Inputs& in, const HeadTileRows& rows) {
   return tile;
 }
 
-// The causal mask of a run that ends at the sequence's queries, or none.
-std::vector<std::int64_t> suffix_mask(const Inputs& in, const HeadTileRows& rows, int sequence, std::int64_t keys) {
-  const SequencePlan& s = in.plan.sequences[sequence];
-  if (!in.causal || s.query_tokens == 1) return {};
-  return causal_visible_keys(rows, s.first_row, s.query_tokens, keys);
+// Feeds the run that ends at sequence s's queries (its suffix, or its whole dense copy) with
+// the causal mask among its own query tokens, and finishes the tile.
+void attend_final_run(const Inputs& in, const HeadTileRows& rows, int s, const KvRowsF32& k, const KvRowsF32& v,
+                      OnlineSoftmaxTile& tile) {
+  const SequencePlan& sequence = in.plan.sequences[s];
+  std::vector<std::int64_t> mask;
+  if (in.causal && sequence.query_tokens > 1)
+    mask = causal_visible_keys(rows, sequence.first_row, sequence.query_tokens, k.tokens);
+  attend_run(tile, rows, k, v, mask.empty() ? nullptr : mask.data());
+  tile.finish();
+}
+
+// Runs body(s, rows, tile) for every (sequence, kv head) in parallel, the tile's queries loaded.
+template <class Body>
+void for_each_sequence_head(const Inputs& in, Body&& body) {
+  const auto sequences = static_cast<std::int64_t>(in.tree.sequences.size());
+  ThreadPool::global().parallel_for(sequences * in.kv_heads, [&](std::int64_t n) {
+    const int s = static_cast<int>(n / in.kv_heads);
+    const SequencePlan& sequence = in.plan.sequences[s];
+    const std::vector<std::int64_t> query_rows = row_list(sequence.first_row, sequence.query_tokens);
+    const HeadTileRows rows{query_rows, n % in.kv_heads, in.group};
+    OnlineSoftmaxTile tile = sequence_tile(in, rows);
+    body(s, rows, tile);
+  });
 }
 
 // Every segment that someone reads, attended once by all its readers' rows, tile by tile.
@@ -108,16 +127,9 @@ AttentionState hydragen_mode(const Inputs& in) {
   const std::vector<AttentionState> partials = attend_shared_segments(in, store);
   AttentionState out = poisoned_state(in.plan.query_rows, in.q.size(1), in.head_dim);
   const std::int64_t heads = out.heads(), d = in.head_dim;
-  const auto sequences = static_cast<std::int64_t>(in.tree.sequences.size());
-  ThreadPool::global().parallel_for(sequences * in.kv_heads, [&](std::int64_t n) {
-    const int s = static_cast<int>(n / in.kv_heads);
+  for_each_sequence_head(in, [&](int s, const HeadTileRows& rows, OnlineSoftmaxTile& tile) {
+    attend_final_run(in, rows, s, store.suffix_k[s], store.suffix_v[s], tile);
     const SequencePlan& sequence = in.plan.sequences[s];
-    const std::vector<std::int64_t> query_rows = row_list(sequence.first_row, sequence.query_tokens);
-    const HeadTileRows rows{query_rows, n % in.kv_heads, in.group};
-    OnlineSoftmaxTile tile = sequence_tile(in, rows);
-    const std::vector<std::int64_t> mask = suffix_mask(in, rows, s, store.suffix_k[s].tokens);
-    attend_run(tile, rows, store.suffix_k[s], store.suffix_v[s], mask.empty() ? nullptr : mask.data());
-    tile.finish();
     const std::size_t depth = sequence.path.size();
     std::vector<const float*> o_in(depth + 1);
     std::vector<float> lse_in(depth + 1);
@@ -140,17 +152,10 @@ AttentionState hydragen_mode(const Inputs& in) {
 AttentionState paged_mode(const Inputs& in) {
   const KvStore store(in.tree);
   AttentionState out = poisoned_state(in.plan.query_rows, in.q.size(1), in.head_dim);
-  const auto sequences = static_cast<std::int64_t>(in.tree.sequences.size());
-  ThreadPool::global().parallel_for(sequences * in.kv_heads, [&](std::int64_t n) {
-    const int s = static_cast<int>(n / in.kv_heads);
-    const SequencePlan& sequence = in.plan.sequences[s];
-    const std::vector<std::int64_t> query_rows = row_list(sequence.first_row, sequence.query_tokens);
-    const HeadTileRows rows{query_rows, n % in.kv_heads, in.group};
-    OnlineSoftmaxTile tile = sequence_tile(in, rows);
-    for (int segment : sequence.path) attend_run(tile, rows, store.segment_k[segment], store.segment_v[segment]);
-    const std::vector<std::int64_t> mask = suffix_mask(in, rows, s, store.suffix_k[s].tokens);
-    attend_run(tile, rows, store.suffix_k[s], store.suffix_v[s], mask.empty() ? nullptr : mask.data());
-    tile.finish();
+  for_each_sequence_head(in, [&](int s, const HeadTileRows& rows, OnlineSoftmaxTile& tile) {
+    for (int segment : in.plan.sequences[s].path)
+      attend_run(tile, rows, store.segment_k[segment], store.segment_v[segment]);
+    attend_final_run(in, rows, s, store.suffix_k[s], store.suffix_v[s], tile);
     store_state(tile, rows, out);
   });
   return out;
@@ -169,9 +174,7 @@ AttentionState dense_mode(const Inputs& in) {
     for (std::int64_t h = 0; h < in.kv_heads; ++h) {
       const HeadTileRows rows{query_rows, h, in.group};
       OnlineSoftmaxTile tile = sequence_tile(in, rows);
-      const std::vector<std::int64_t> mask = suffix_mask(in, rows, s, k.tokens);
-      attend_run(tile, rows, k, v, mask.empty() ? nullptr : mask.data());
-      tile.finish();
+      attend_final_run(in, rows, s, k, v, tile);
       store_state(tile, rows, out);
     }
   });
