@@ -93,6 +93,7 @@ TEST(PagedPlan, RandomTreesReadEveryKeyOnce) {
       options.mode = mode;
       options.shared_slots = options.suffix_slots = trial % 3 == 0 ? 1 : 300;  // with and without split-KV
       options.shared_tile_rows = trial % 2 ? 64 : 128;
+      options.shared_split_past_one_wave = trial % 4 == 1;
       const AttentionPlan plan = build_attention_plan(layout, options);
       if (mode == AttentionMode::paged) {
         EXPECT_TRUE(plan.shared_items.empty());
@@ -101,6 +102,24 @@ TEST(PagedPlan, RandomTreesReadEveryKeyOnce) {
       check_coverage(layout, plan);
     }
   }
+}
+
+// 6 shared items (3 kv heads x 2 row tiles) on 5 slots: one split unless asked to fill the
+// second wave, then 4 (24 items on 25 slots).
+TEST(PagedPlan, SplitsSharedWorkPastOneWaveWhenAsked) {
+  PagedLayout layout;
+  layout.page_size = 64, layout.kv_heads = 3, layout.q_heads = 3, layout.head_dim = 128;
+  std::vector<std::int32_t> pages(32);
+  for (int i = 0; i < 32; ++i) pages[i] = i;
+  layout.segments.push_back({kNoParent, 2048, pages});
+  for (int s = 0; s < 130; ++s) layout.sequences.push_back({0, 3, {32 + s}, 1});
+  PlanOptions options;
+  options.shared_slots = 5;
+  EXPECT_EQ(build_attention_plan(layout, options).shared_items.size(), 6u);
+  options.shared_split_past_one_wave = true;
+  const AttentionPlan plan = build_attention_plan(layout, options);
+  EXPECT_EQ(plan.shared_items.size(), 24u);
+  check_coverage(layout, plan);
 }
 
 TEST(PagedPlan, StacksOnlySegmentsThatPay) {

@@ -104,6 +104,12 @@ void use_wgmma_shared(KernelPair& k, int shared_tile_rows) {
       k.shared = shared_tile_rows == 128 ? launch_shared_v5<T, 2> : launch_shared_v5<T, 1>;
       k.shared_blocks_per_sm = v5_blocks;
     }
+    if (env != nullptr && std::string(env) == "v5o") {  // v5 + intra-warpgroup overlap (experimental)
+      const int v5_blocks = shared_tile_rows == 128 ? prepare_shared_v5<T, 2, true>() : prepare_shared_v5<T, 1, true>();
+      HG_CHECK(v5_blocks > 0, "HYDRAGEN_SHARED_KERNEL=v5o: this build or device has no sm_90a code for it");
+      k.shared = shared_tile_rows == 128 ? launch_shared_v5<T, 2, true> : launch_shared_v5<T, 1, true>;
+      k.shared_blocks_per_sm = v5_blocks;
+    }
   }
 }
 
@@ -162,7 +168,8 @@ attn::PlanOptions plan_options_for_device(DType dtype, int head_dim, AttentionMo
     const char* kernel = std::getenv("HYDRAGEN_SHARED_KERNEL");
     const char* waves = std::getenv("HYDRAGEN_SHARED_WAVES");
     options.shared_split_past_one_wave =
-        waves != nullptr ? std::atoi(waves) != 0 : kernel != nullptr && std::string(kernel) == "v5";
+        waves != nullptr ? std::atoi(waves) != 0
+                         : kernel != nullptr && (std::string(kernel) == "v5" || std::string(kernel) == "v5o");
   }
   const KernelPair k = select_kernels(dtype, head_dim, options.shared_tile_rows);
   const int sms = multiprocessors();
