@@ -287,8 +287,11 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   }
 }
 
-template <class T, int D>
-__global__ void __launch_bounds__(DecodeShape<T, D>::kThreads, 3) decode_attention_kernel(const PagedAttentionParams p) {
+// MinBlocks: 3 for the general kernel (168 registers); 5 for the narrow one the runner picks
+// when every item has <= 2 rows (MHA): <= 102 registers, 20 warps per SM for the one-key
+// items' latency chains. The narrow kernel still runs wider items correctly (spilling).
+template <class T, int D, int MinBlocks = 3>
+__global__ void __launch_bounds__(DecodeShape<T, D>::kThreads, MinBlocks) decode_attention_kernel(const PagedAttentionParams p) {
   using Shape = DecodeShape<T, D>;
   extern __shared__ __align__(16) unsigned char smem[];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;

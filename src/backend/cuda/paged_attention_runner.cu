@@ -37,15 +37,15 @@ int prepare() {
 }
 
 // The suffix launch's decode kernel (one warp per item, non-persistent grid).
-template <class T, int D>
+template <class T, int D, int MinBlocks>
 void launch_decode(const PagedAttentionParams& p, int grid, cudaStream_t stream) {
   using Shape = DecodeShape<T, D>;
-  decode_attention_kernel<T, D><<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(p);
+  decode_attention_kernel<T, D, MinBlocks><<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(p);
 }
-template <class T, int D>
+template <class T, int D, int MinBlocks>
 int prepare_decode() {
   using Shape = DecodeShape<T, D>;
-  auto kernel = decode_attention_kernel<T, D>;
+  auto kernel = decode_attention_kernel<T, D, MinBlocks>;
   HG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes));
   int blocks = 0;
   HG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, Shape::kThreads, Shape::kSmemBytes));
@@ -77,6 +77,7 @@ struct KernelPair {
   int shared_blocks_per_sm, suffix_blocks_per_sm;
   LaunchFn decode = nullptr;  // the suffix launch when set
   int decode_blocks_per_sm = 0;
+  LaunchFn decode_narrow = nullptr;  // the decode kernel at <= 102 registers (items of <= 2 rows)
 };
 
 // The shared launch: the wgmma kernel of shared_attention.cuh where the build has sm_90a code
@@ -119,7 +120,9 @@ KernelPair kernels_for(int shared_tile_rows) {
                      ? KernelPair{launch<T, D, 8, 1>, launch<T, D, 1, 4>, prepare<T, D, 8, 1>(), prepare<T, D, 1, 4>()}
                      : KernelPair{launch<T, D, 4, 1>, launch<T, D, 1, 4>, prepare<T, D, 4, 1>(), prepare<T, D, 1, 4>()};
   use_wgmma_shared<T, D>(k, shared_tile_rows);
-  k.decode = launch_decode<T, D>, k.decode_blocks_per_sm = prepare_decode<T, D>();
+  k.decode = launch_decode<T, D, 3>, k.decode_blocks_per_sm = prepare_decode<T, D, 3>();
+  k.decode_narrow = launch_decode<T, D, 5>;
+  prepare_decode<T, D, 5>();
   return k;
 }
 
@@ -199,6 +202,7 @@ struct PagedAttentionRunner::Impl {
   KernelPair kernels;
   int shared_grid = 0, suffix_grid = 0, decode_grid = 0;
   bool suffix_decode = true;  // set by upload (choose_decode_suffix)
+  bool decode_narrow = false;  // set by upload: every suffix item has <= 2 rows
   std::int32_t* pages = nullptr;
   attn::PlanPiece* pieces = nullptr;
   attn::PlanRow* rows = nullptr;
@@ -252,6 +256,20 @@ void PagedAttentionRunner::upload(const attn::AttentionPlan& plan) {
   Impl& m = *impl_;
   copy_to(m.pages, plan.pages, m.capacity.pages, "pages");
   m.suffix_decode = choose_decode_suffix(plan);
+  // Narrow (20 warps/SM) when every item has <= 2 rows and the launch is either short items
+  // (one-key hydragen suffixes: 40/40 B=1024 2K 0.347 -> 0.304 ms) or few items (B=64 MHA
+  // paged 1K/2K/16K 3.2-3.5 -> 3.6-3.9 TB/s); at B=1024 with long items the wide kernel
+  // streams faster (paged 1K 4.78 vs 4.27, dense 3.27 vs 2.75 TB/s). docs/perf-notes.md.
+  // HYDRAGEN_DECODE_WIDE / HYDRAGEN_DECODE_NARROW force one (A/B timing, tests of both).
+  {
+    std::int64_t pieces = 0;
+    bool narrow_rows = true;
+    for (const attn::PlanItem& it : plan.suffix_items) pieces += it.piece_count, narrow_rows &= it.row_count <= 2;
+    const auto items = static_cast<std::int64_t>(plan.suffix_items.size());
+    m.decode_narrow = std::getenv("HYDRAGEN_DECODE_NARROW") != nullptr ||
+                      (narrow_rows && (items <= 8192 || pieces <= 2 * items) &&
+                       std::getenv("HYDRAGEN_DECODE_WIDE") == nullptr);
+  }
   copy_to(m.pieces, plan.pieces, m.capacity.pieces, "pieces");
   copy_to(m.rows, plan.rows, m.capacity.rows, "rows");
   copy_to(m.shared_items, plan.shared_items, m.capacity.shared_items, "shared items");
@@ -292,7 +310,7 @@ void PagedAttentionRunner::run(const PagedAttentionArgs& args, void* stream, boo
   }
   if (shared_only || m.suffix_grid == 0) return;
   p.items = m.suffix_items, p.item_count = m.counts + 1;
-  if (m.suffix_decode) m.kernels.decode(p, m.decode_grid, st);
+  if (m.suffix_decode) (m.decode_narrow ? m.kernels.decode_narrow : m.kernels.decode)(p, m.decode_grid, st);
   else m.kernels.suffix(p, m.suffix_grid, st);
   HG_CUDA_CHECK(cudaGetLastError());
 }
