@@ -2,6 +2,7 @@
 // directory, and a writer of safetensors files (valid or deliberately broken).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -11,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 #include <unistd.h>
+
+#include "hydragen/tensor.h"
 
 namespace hydragen::test {
 
@@ -22,6 +25,17 @@ inline std::filesystem::path model_fixture_dir() {
 inline nlohmann::json read_json(const std::filesystem::path& path) {
   std::ifstream in(path);
   return nlohmann::json::parse(in);
+}
+
+// ||actual - expected|| / ||expected|| over all elements: the logits criterion of issue 4.
+inline double relative_error(const Tensor& actual, const Tensor& expected) {
+  double diff = 0.0, norm = 0.0;
+  for (std::int64_t i = 0; i < expected.numel(); ++i) {
+    const double e = expected.get(i);
+    diff += (actual.get(i) - e) * (actual.get(i) - e);
+    norm += e * e;
+  }
+  return std::sqrt(diff / norm);
 }
 
 // A fresh empty directory under the system temp dir, removed when the object dies.

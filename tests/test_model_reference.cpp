@@ -35,15 +35,7 @@ Reference load_reference(const std::string& variant) {
 
 std::vector<std::int32_t> ids(const nlohmann::json& list) { return list.get<std::vector<std::int32_t>>(); }
 
-double relative_error(const Tensor& actual, const Tensor& expected) {
-  double diff = 0.0, norm = 0.0;
-  for (std::int64_t i = 0; i < expected.numel(); ++i) {
-    const double e = expected.get(i);
-    diff += (actual.get(i) - e) * (actual.get(i) - e);
-    norm += e * e;
-  }
-  return std::sqrt(diff / norm);
-}
+using test::relative_error;
 
 class ModelReference : public ::testing::TestWithParam<std::string> {};
 
@@ -101,7 +93,7 @@ TEST_P(ModelReference, RopeFrequenciesMatchTransformers) {
   for (std::size_t i = 0; i < expected.size(); ++i) EXPECT_NEAR(actual[i], expected[i], 1e-6 * expected[i]) << i;
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, ModelReference, ::testing::Values("tiny-llama", "tiny-qwen2", "tiny-llama31"),
+INSTANTIATE_TEST_SUITE_P(Fixtures, ModelReference, ::testing::Values("tiny-llama", "tiny-qwen2", "tiny-llama31", "tiny-llama-d64"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& c : name) if (c == '-') c = '_';

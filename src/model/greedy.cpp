@@ -19,7 +19,8 @@ std::int32_t argmax_row(const Tensor& logits, std::int64_t row) {
 
 std::vector<std::vector<std::int32_t>> greedy_shared_prefix(const Llama& model, std::span<const std::int32_t> prefix,
                                                             const std::vector<std::vector<std::int32_t>>& suffixes,
-                                                            std::int64_t new_tokens, AttentionMode mode) {
+                                                            std::int64_t new_tokens, AttentionMode mode,
+                                                            const std::function<void(std::size_t, std::int32_t)>& on_token) {
   HG_CHECK(new_tokens >= 0, "greedy: new_tokens must be >= 0, got ", new_tokens);
   HG_CHECK(!suffixes.empty(), "greedy: no sequences");
   const std::size_t batch_size = suffixes.size();
@@ -43,7 +44,10 @@ std::vector<std::vector<std::int32_t>> greedy_shared_prefix(const Llama& model, 
   std::vector<std::vector<std::int32_t>> generated(batch_size);
   for (std::size_t b = 0; b < batch_size; ++b) {
     HG_CHECK(!pending[b].empty(), "greedy: sequence ", b, " has neither prefix nor prompt tokens");
-    if (suffixes[b].empty()) generated[b] = pending[b];  // already the first new token
+    if (suffixes[b].empty() && new_tokens > 0) {
+      generated[b] = pending[b];  // already the first new token
+      if (on_token) on_token(b, pending[b][0]);
+    }
   }
   while (true) {
     bool done = true;
@@ -57,6 +61,7 @@ std::vector<std::vector<std::int32_t>> greedy_shared_prefix(const Llama& model, 
     for (std::size_t b = 0; b < batch_size; ++b) {
       const std::int32_t next = argmax_row(logits, static_cast<std::int64_t>(b));
       generated[b].push_back(next);
+      if (on_token && static_cast<std::int64_t>(generated[b].size()) <= new_tokens) on_token(b, next);
       pending[b] = {next};
     }
   }
@@ -65,10 +70,11 @@ std::vector<std::vector<std::int32_t>> greedy_shared_prefix(const Llama& model, 
 }
 
 std::vector<std::int32_t> greedy(const Llama& model, std::span<const std::int32_t> prompt, std::int64_t new_tokens,
-                                 AttentionMode mode) {
+                                 AttentionMode mode, const TokenCallback& on_token) {
   HG_CHECK(!prompt.empty(), "greedy: the prompt is empty");
+  const auto forward = [&](std::size_t, std::int32_t token) { if (on_token) on_token(token); };
   return greedy_shared_prefix(model, {}, {std::vector<std::int32_t>(prompt.begin(), prompt.end())}, new_tokens,
-                              mode)[0];
+                              mode, forward)[0];
 }
 
 }  // namespace hydragen

@@ -130,26 +130,28 @@ Tensor LlamaCuda::step(std::span<const std::int32_t> tokens, Cache& cache, Atten
   cuda::add_rms_norm(x, delta, final_norm_, static_cast<float>(config_.rms_norm_eps), h);
   cache.length += rows;
   const Tensor last = all_positions ? h : h.slice(0, rows - 1, rows);
-  Tensor logits = Tensor::empty({last.size(0), config_.vocab_size}, DType::bf16, Device::cuda);
+  // f32 logits: bf16 rounding (a step of 1/32 at |8|) would tie close greedy candidates.
+  Tensor logits = Tensor::empty({last.size(0), config_.vocab_size}, DType::f32, Device::cuda);
   cuda::linear(last, lm_head_, logits);
   return logits;
 }
 
 Tensor LlamaCuda::logits(std::span<const std::int32_t> tokens, AttentionMode mode) const {
   Cache cache = new_cache(static_cast<std::int64_t>(tokens.size()));
-  return step(tokens, cache, mode, true).to(Device::cpu).to(DType::f32);
+  return step(tokens, cache, mode, true).to(Device::cpu);
 }
 
 std::vector<std::int32_t> LlamaCuda::greedy(std::span<const std::int32_t> prompt, std::int64_t new_tokens,
-                                            AttentionMode mode) const {
+                                            AttentionMode mode, const TokenCallback& on_token) const {
   HG_CHECK(!prompt.empty() && new_tokens >= 0, "LlamaCuda::greedy: needs a prompt and new_tokens >= 0");
   Cache cache = new_cache(static_cast<std::int64_t>(prompt.size()) + new_tokens);
   std::vector<std::int32_t> generated;
   std::vector<std::int32_t> next(prompt.begin(), prompt.end());
   while (static_cast<std::int64_t>(generated.size()) < new_tokens) {
-    const Tensor logits = step(next, cache, mode, false).to(Device::cpu).to(DType::f32);
+    const Tensor logits = step(next, cache, mode, false).to(Device::cpu);
     next = {argmax_row(logits, 0)};
     generated.push_back(next[0]);
+    if (on_token) on_token(next[0]);
   }
   return generated;
 }

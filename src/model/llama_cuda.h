@@ -11,6 +11,7 @@
 
 #include "hydragen/attention.h"
 #include "hydragen/tensor.h"
+#include "model/greedy.h"
 #include "model/model_config.h"
 #include "model/weights.h"
 
@@ -28,7 +29,8 @@ class LlamaCuda {
   Tensor logits(std::span<const std::int32_t> tokens, AttentionMode mode = AttentionMode::hydragen) const;
   // `new_tokens` greedy tokens after the prompt, with a device KV cache.
   std::vector<std::int32_t> greedy(std::span<const std::int32_t> prompt, std::int64_t new_tokens,
-                                   AttentionMode mode = AttentionMode::hydragen) const;
+                                   AttentionMode mode = AttentionMode::hydragen,
+                                   const TokenCallback& on_token = {}) const;
 
  private:
   struct Layer {
@@ -39,7 +41,7 @@ class LlamaCuda {
     std::int64_t length = 0;
   };
   Cache new_cache(std::int64_t capacity) const;
-  // Runs `tokens` at positions [cache.length, ...) and appends their K/V; returns bf16
+  // Runs `tokens` at positions [cache.length, ...) and appends their K/V; returns f32
   // logits [rows, vocab] on the device, every row or only the last.
   Tensor step(std::span<const std::int32_t> tokens, Cache& cache, AttentionMode mode, bool all_positions) const;
 

@@ -204,7 +204,9 @@ void add_into(Tensor& x, const Tensor& y, void* stream) {
 void linear(const Tensor& x, const Tensor& w, Tensor& out, void* stream) {
   check_operand("linear", "x", x, DType::bf16, 2);
   check_operand("linear", "w", w, DType::bf16, 2);
-  check_operand("linear", "out", out, DType::bf16, 2);
+  HG_CHECK(out.defined() && (out.dtype() == DType::bf16 || out.dtype() == DType::f32),
+           "linear: out must be bf16 or f32");
+  check_operand("linear", "out", out, out.dtype(), 2);
   const std::int64_t rows = x.size(0), in = x.size(1), n = w.size(0);
   HG_CHECK(w.size(1) == in && out.size(0) == rows && out.size(1) == n, "linear: x ", x.shape_str(), " w ",
            w.shape_str(), " out ", out.shape_str(), ", expected x [rows, in], w [out, in], out [rows, out]");
@@ -217,7 +219,7 @@ void linear(const Tensor& x, const Tensor& w, Tensor& out, void* stream) {
   const cublasStatus_t status =
       cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(rows), static_cast<int>(in),
                    &alpha, w.raw(), CUDA_R_16BF, static_cast<int>(in), x.raw(), CUDA_R_16BF, static_cast<int>(in), &beta,
-                   out.raw(), CUDA_R_16BF, static_cast<int>(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                   out.raw(), out.dtype() == DType::f32 ? CUDA_R_32F : CUDA_R_16BF, static_cast<int>(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   HG_CHECK(status == CUBLAS_STATUS_SUCCESS, "linear: cublasGemmEx failed with status ", static_cast<int>(status));
 }
 

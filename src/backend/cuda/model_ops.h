@@ -33,8 +33,9 @@ void silu_mul(const Tensor& gate_up, Tensor& out, void* stream = nullptr);
 // x += y, bf16 [rows, cols]. Twin: add_into.
 void add_into(Tensor& x, const Tensor& y, void* stream = nullptr);
 
-// out = x W^T: x bf16 [rows, in], w bf16 [out, in] (PyTorch's Linear layout), out bf16
-// [rows, out]; one cuBLAS GEMM with fp32 accumulation. Twin: linear.
+// out = x W^T: x bf16 [rows, in], w bf16 [out, in] (PyTorch's Linear layout), out bf16 or
+// f32 [rows, out] (f32 for logits, so greedy argmax sees no bf16 ties); one cuBLAS GEMM with
+// fp32 accumulation. Twin: linear.
 void linear(const Tensor& x, const Tensor& w, Tensor& out, void* stream = nullptr);
 
 // y[r] += bias for every row r: y bf16 [rows, n], bias bf16 [n]. Twin: linear's bias.
