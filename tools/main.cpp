@@ -8,6 +8,7 @@
 
 #include "bench_attention.h"
 #include "build_info.h"
+#include "generate.h"
 #include "hydragen/error.h"
 
 int main(int argc, char** argv) {
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks: each prints a table and writes JSON");
   bench->require_subcommand(1);
   hydragen::bench::register_bench_attention(*bench);
+  hydragen::cli::register_generate(app);
 
   try {
     app.parse(argc, argv);
