@@ -6,7 +6,9 @@
 
 #include <CLI/CLI.hpp>
 
+#ifndef HYDRAGEN_NO_BENCH
 #include "bench_attention.h"
+#endif
 #include "build_info.h"
 #include "generate.h"
 #include "hydragen/error.h"
@@ -20,9 +22,11 @@ int main(int argc, char** argv) {
                                         " (commit " + hydragen::cli::git_commit() + ")");
   app.require_subcommand(1);
 
+#ifndef HYDRAGEN_NO_BENCH  // configured with -DHYDRAGEN_BUILD_BENCH=OFF
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks: each prints a table and writes JSON");
   bench->require_subcommand(1);
   hydragen::bench::register_bench_attention(*bench);
+#endif
   hydragen::cli::register_generate(app);
 
   try {
