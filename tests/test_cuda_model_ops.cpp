@@ -3,6 +3,8 @@
 // CPU twin run in f32 on the bf16-rounded inputs. Skipped without a CUDA device.
 #include <gtest/gtest.h>
 
+#include "cuda_test_util.h"
+
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -24,12 +26,6 @@
 namespace hydragen {
 namespace {
 
-#ifdef HYDRAGEN_WITH_CUDA
-#define SKIP_WITHOUT_GPU() \
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: CUDA tests skipped"
-#else
-#define SKIP_WITHOUT_GPU() GTEST_SKIP() << "built without CUDA (HYDRAGEN_WITH_CUDA unset): CUDA tests skipped"
-#endif
 
 // bf16-exact random values in [-scale, scale) as an f32 CPU tensor.
 Tensor random_f32(std::vector<std::int64_t> shape, std::uint64_t stream, float scale = 1.0f) {

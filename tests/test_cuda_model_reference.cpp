@@ -4,6 +4,8 @@
 // attention mode. Skipped without a CUDA device.
 #include <gtest/gtest.h>
 
+#include "cuda_test_util.h"
+
 #include <cstdint>
 #include <cstdio>
 #include <set>
@@ -23,12 +25,6 @@
 namespace hydragen {
 namespace {
 
-#ifdef HYDRAGEN_WITH_CUDA
-#define SKIP_WITHOUT_GPU() \
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: CUDA tests skipped"
-#else
-#define SKIP_WITHOUT_GPU() GTEST_SKIP() << "built without CUDA (HYDRAGEN_WITH_CUDA unset): CUDA tests skipped"
-#endif
 
 constexpr const char* kFixture = "tiny-llama-d64";
 constexpr double kMaxRelative = 2e-2;  // bf16 weights and activations against fp32 transformers
