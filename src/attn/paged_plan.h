@@ -114,7 +114,8 @@ struct PlanOptions {
   std::int64_t suffix_min_split_tokens = kMinSuffixSplitTokens;
   int shared_tile_rows = kSharedTileRows;  // 64 or 128 (16 rows per warp)
   // Split stacked segments also when their items already fill a wave of shared_slots (see
-  // build_attention_plan). Off by default; the CUDA backend turns it on with the v5 kernel.
+  // build_attention_plan). Off by default; the CUDA backend turns it on with its wgmma shared
+  // kernel (plan_options_for_device).
   bool shared_split_past_one_wave = false;
 };
 

@@ -10,7 +10,6 @@
 #include "backend/cuda/decode_attention.cuh"
 #include "backend/cuda/paged_attention.cuh"
 #include "backend/cuda/shared_attention.cuh"
-#include "backend/cuda/shared_attention_v5.cuh"
 
 namespace hydragen::cuda {
 namespace {
@@ -78,11 +77,12 @@ struct KernelPair {
   LaunchFn decode = nullptr;  // the suffix launch when set
   int decode_blocks_per_sm = 0;
   LaunchFn decode_narrow = nullptr;  // the decode kernel at <= 102 registers (items of <= 2 rows)
+  bool shared_wgmma = false;  // the shared launch is shared_attention.cuh's kernel
 };
 
 // The shared launch: the wgmma kernel of shared_attention.cuh where the build has sm_90a code
-// for this device and head_dim is 128, unless HYDRAGEN_SHARED_KERNEL=mma asks for the
-// mma.sync template of paged_attention.cuh (which serves every other case).
+// for this device and head_dim is 128, else the mma.sync template of paged_attention.cuh
+// (HYDRAGEN_SHARED_KERNEL, see paged_attention_runner.h).
 template <class T, int D>
 void use_wgmma_shared(KernelPair& k, int shared_tile_rows) {
   if constexpr (D == 128) {
@@ -94,23 +94,7 @@ void use_wgmma_shared(KernelPair& k, int shared_tile_rows) {
     if (blocks == 0) return;
     k.shared = shared_tile_rows == 128 ? launch_shared_wgmma<T, 2> : launch_shared_wgmma<T, 1>;
     k.shared_blocks_per_sm = blocks;
-    if constexpr (std::is_same_v<T, __nv_bfloat16>)  // diagnostic variant (bf16, 128-row tiles)
-      if (env != nullptr && std::string(env) == "wgmma-swapv" && shared_tile_rows == 128) {
-        k.shared_blocks_per_sm = prepare_shared_wgmma<T, 2, true>();
-        k.shared = launch_shared_wgmma<T, 2, true>;
-      }
-    if (env != nullptr && std::string(env) == "v5") {  // shared_attention_v5.cuh (not yet the default)
-      const int v5_blocks = shared_tile_rows == 128 ? prepare_shared_v5<T, 2>() : prepare_shared_v5<T, 1>();
-      HG_CHECK(v5_blocks > 0, "HYDRAGEN_SHARED_KERNEL=v5: this build or device has no sm_90a code for it");
-      k.shared = shared_tile_rows == 128 ? launch_shared_v5<T, 2> : launch_shared_v5<T, 1>;
-      k.shared_blocks_per_sm = v5_blocks;
-    }
-    if (env != nullptr && std::string(env) == "v5o") {  // v5 + intra-warpgroup overlap (experimental)
-      const int v5_blocks = shared_tile_rows == 128 ? prepare_shared_v5<T, 2, true>() : prepare_shared_v5<T, 1, true>();
-      HG_CHECK(v5_blocks > 0, "HYDRAGEN_SHARED_KERNEL=v5o: this build or device has no sm_90a code for it");
-      k.shared = shared_tile_rows == 128 ? launch_shared_v5<T, 2, true> : launch_shared_v5<T, 1, true>;
-      k.shared_blocks_per_sm = v5_blocks;
-    }
+    k.shared_wgmma = true;
   }
 }
 
@@ -167,14 +151,11 @@ attn::PlanOptions plan_options_for_device(DType dtype, int head_dim, AttentionMo
   options.mode = mode;
   options.causal = causal;
   if (const char* env = std::getenv("HYDRAGEN_SHARED_TILE_ROWS")) options.shared_tile_rows = std::atoi(env);
-  {  // with HYDRAGEN_SHARED_KERNEL=v5 plans split shared work past one wave too; HYDRAGEN_SHARED_WAVES=0/1 overrides
-    const char* kernel = std::getenv("HYDRAGEN_SHARED_KERNEL");
-    const char* waves = std::getenv("HYDRAGEN_SHARED_WAVES");
-    options.shared_split_past_one_wave =
-        waves != nullptr ? std::atoi(waves) != 0
-                         : kernel != nullptr && (std::string(kernel) == "v5" || std::string(kernel) == "v5o");
-  }
   const KernelPair k = select_kernels(dtype, head_dim, options.shared_tile_rows);
+  // The wgmma kernel's plans split shared work past one wave too (MHA B=1024 16K shared
+  // kernel 1.13 -> 0.87 ms, docs/perf-notes.md v5); HYDRAGEN_SHARED_WAVES=0/1 overrides.
+  const char* waves = std::getenv("HYDRAGEN_SHARED_WAVES");
+  options.shared_split_past_one_wave = waves != nullptr ? std::atoi(waves) != 0 : k.shared_wgmma;
   const int sms = multiprocessors();
   options.shared_slots = sms * k.shared_blocks_per_sm;
   options.suffix_slots = k.decode ? sms * k.decode_blocks_per_sm * kDecodeItemsPerBlock : sms * k.suffix_blocks_per_sm;

@@ -37,6 +37,11 @@ bool supported_head_dim(int head_dim);
 // Plan options for this device: its resident blocks per kernel (the split-KV rule fills
 // whole waves of them) and the shared kernel's tile rows (HYDRAGEN_SHARED_TILE_ROWS = 64 or
 // 128 overrides the default).
+// The shared launch's kernel: shared_attention.cuh (wgmma) for head_dim 128 when the build has
+// sm_90a code for the device, else paged_attention.cuh (mma.sync). HYDRAGEN_SHARED_KERNEL=mma
+// forces the mma.sync kernel, =wgmma requires the wgmma one (A/B timing, tests of both). With
+// the wgmma kernel plans also split shared work that already fills a wave
+// (PlanOptions::shared_split_past_one_wave); HYDRAGEN_SHARED_WAVES=0/1 overrides that.
 attn::PlanOptions plan_options_for_device(DType dtype, int head_dim, AttentionMode mode, bool causal);
 
 class PagedAttentionRunner {

@@ -10,7 +10,20 @@
 // Accumulators are per thread: S 32 floats, O 64 floats (vs 64 + 128 for a 32-row mma.sync
 // warp), so two blocks of 2 warpgroups fit on an SM. The item's (o / l, lse) goes straight
 // from registers to its column of the partial-state buffer; the suffix kernel merges it.
-// head_dim 128 only; other head dims and non-sm_90a builds use paged_attention.cuh's kernel.
+// head_dim 128 only; other head dims and non-sm_90a builds use paged_attention.cuh's kernel
+// (the runner's choice, HYDRAGEN_SHARED_KERNEL in paged_attention_runner.h).
+//
+// Per piece i, one block barrier (docs/perf-notes.md, v5):
+//   page-table reads of piece i+1 -> cp.async wait (piece i) -> wgmma wait (P.V(i-1)) ->
+//   barrier -> copies of piece i+1 issued -> S(i) -> wait -> softmax -> O += P.V(i) issued,
+//   not waited
+// The barrier says two things: every thread's cp.async copies of piece i have landed (each
+// thread waited for its own group and made them visible to the async proxy before arriving),
+// and every warpgroup has finished P.V(i-1) (each waited for its wgmma groups before
+// arriving), so stage (i+1)&1 == (i-1)&1 may be overwritten by the copies of piece i+1 after
+// it. P.V(i) runs on the tensor cores while the warpgroup waits for piece i+1's copies and the
+// barrier. The page-table reads (two dependent global loads per thread) go into 32-bit token
+// slots before the waits, so the copies after the barrier need no global load.
 //
 // Shared memory (1024-byte aligned; 128B swizzle: 16-byte chunk c of a 128-byte row r lives
 // at chunk c ^ (r % 8)); a 128-element row is split into two 64-element halves, each half a
@@ -63,8 +76,7 @@ __device__ __forceinline__ void wgmma_o(float (&d)[64], const std::uint32_t (&a)
 #endif
 }
 
-// kSwapV (diagnostic only): V's descriptor with LBO and SBO exchanged.
-template <class T, int WG, bool kSwapV = false>
+template <class T, int WG>
 __global__ void __launch_bounds__(128 * WG, 2) shared_attention_wgmma_kernel(const PagedAttentionParams p) {
 #if HYDRAGEN_WGMMA
   using Tile = WgmmaSharedTile<T, WG>;
@@ -95,28 +107,42 @@ __global__ void __launch_bounds__(128 * WG, 2) shared_attention_wgmma_kernel(con
       }
       *reinterpret_cast<uint4*>(sq + swizzled_offset(r, c, Tile::kQHalf)) = val;
     }
-    auto load = [&](int pi, int stage) {
+    // A piece's copies in two steps: fetch() reads the page table into slot[] (the pool token
+    // slot of each of this thread's keys, -1 past the piece: global loads, no shared memory),
+    // issue() starts the cp.async copies into a stage. Token slots fit in 32 bits (a pool of
+    // 2^31 tokens would hold 2^31 * Hkv * 128 * 2 bytes per K).
+    constexpr int kPerThread = Tile::kKeys * 16 / Tile::kThreads;
+    int slot[kPerThread];
+    auto fetch = [&](int pi) {
       const attn::PlanPiece piece = p.pieces[it.piece_begin + pi];
+#pragma unroll
+      for (int i = 0; i < kPerThread; ++i) {
+        const int key = (tid + i * Tile::kThreads) / 16;
+        const int tok = piece.token_begin + key;
+        slot[i] = key < piece.tokens
+                      ? (__ldg(p.pages + piece.page_offset + (tok >> p.page_shift)) << p.page_shift) + (tok & (p.page_size - 1))
+                      : -1;
+      }
+    };
+    auto issue = [&](int stage) {
       unsigned char* sk = skv + stage * 2 * Tile::kKvBytes;
       unsigned char* sv = sk + Tile::kKvBytes;
 #pragma unroll
-      for (int i = 0; i < Tile::kKeys * 16 / Tile::kThreads; ++i) {
+      for (int i = 0; i < kPerThread; ++i) {
         const int id = tid + i * Tile::kThreads;
         const int key = id / 16, c = id % 16;
-        const bool valid = key < piece.tokens;
-        std::int64_t off = 0;
-        if (valid) {
-          const int tok = piece.token_begin + key;
-          const std::int64_t page = __ldg(p.pages + piece.page_offset + (tok >> p.page_shift));
-          off = (((page << p.page_shift) + (tok & (p.page_size - 1))) * p.kv_heads + it.kv_head) * D + c * 8;
-        }
+        const bool valid = slot[i] >= 0;
+        const std::int64_t off = valid ? (std::int64_t{slot[i]} * p.kv_heads + it.kv_head) * D + c * 8 : 0;
         const int o = swizzled_offset(key, c, Tile::kKvHalf);
         ptx::cp_async_16(sk + o, kp + off, valid);
         ptx::cp_async_16(sv + o, vp + off, valid);
       }
     };
-    if (it.piece_count > 0) load(0, 0);
-    ptx::cp_async_commit();
+    if (it.piece_count > 0) {
+      fetch(0);
+      issue(0);
+      ptx::cp_async_commit();
+    }
 
     int limit[2];
     for (int h = 0; h < 2; ++h)
@@ -129,15 +155,21 @@ __global__ void __launch_bounds__(128 * WG, 2) shared_attention_wgmma_kernel(con
 
     for (int pi = 0; pi < it.piece_count; ++pi) {
       const attn::PlanPiece piece = p.pieces[it.piece_begin + pi];
-      if (pi + 1 < it.piece_count) {
-        load(pi + 1, (pi + 1) & 1);
-        ptx::cp_async_commit();
-        ptx::cp_async_wait<1>();
-      } else {
-        ptx::cp_async_wait<0>();
-      }
+      const bool more = pi + 1 < it.piece_count;
+      if (more) fetch(pi + 1);  // page-table reads overlap P.V(pi - 1) and the waits below
+      // The only cp.async group in flight is piece pi's (issued last iteration, or before the loop).
+      ptx::cp_async_wait<0>();
       wgmma::fence_proxy_async();  // cp.async / st.shared writes -> the tensor cores' reads
+      // P.V(pi - 1) (issued at the end of the last iteration) must be done before the barrier:
+      // after it, another thread's load(pi + 1) overwrites that piece's stage.
+      wgmma::wait<0>();
+      wgmma::fence_operands(o);
       __syncthreads();
+      // Piece pi + 1's copies into the stage the barrier freed (piece pi - 1's).
+      if (more) {
+        issue((pi + 1) & 1);
+        ptx::cp_async_commit();
+      }
       const std::uint32_t k_addr = skv_addr + (pi & 1) * 2 * Tile::kKvBytes;
       const std::uint32_t v_addr = k_addr + Tile::kKvBytes;
 
@@ -186,6 +218,7 @@ __global__ void __launch_bounds__(128 * WG, 2) shared_attention_wgmma_kernel(con
         s[i] = exp2f(fmaf(s[i], p.scale_log2, -base[h]));
         l[h] += s[i];
       }
+      // o is not in flight here: P.V(pi - 1) was waited for before the barrier.
 #pragma unroll
       for (int i = 0; i < 64; ++i) o[i] *= alpha[(i / 2) % 2];
 
@@ -195,15 +228,13 @@ __global__ void __launch_bounds__(128 * WG, 2) shared_attention_wgmma_kernel(con
       for (int j = 0; j < 4; ++j) {
         const std::uint32_t a[4] = {ptx::pack2<T>(s[8 * j + 0], s[8 * j + 1]), ptx::pack2<T>(s[8 * j + 2], s[8 * j + 3]),
                                     ptx::pack2<T>(s[8 * j + 4], s[8 * j + 5]), ptx::pack2<T>(s[8 * j + 6], s[8 * j + 7])};
-        wgmma_o<T>(o, a,
-                   kSwapV ? wgmma::desc(v_addr + j * 16 * 128, 1024, Tile::kKvHalf)
-                          : wgmma::desc(v_addr + j * 16 * 128, Tile::kKvHalf, 1024));
+        wgmma_o<T>(o, a, wgmma::desc(v_addr + j * 16 * 128, Tile::kKvHalf, 1024));
       }
       wgmma::commit();
-      wgmma::wait<0>();
-      wgmma::fence_operands(o);
-      __syncthreads();  // the stage is overwritten by the load two pieces ahead; Q by the next item
+      // Not waited for here: the next iteration waits before its barrier, the epilogue below.
     }
+    wgmma::wait<0>();
+    wgmma::fence_operands(o);
     ptx::cp_async_wait<0>();
 
     // (o / l, lse) of this thread's two rows straight from registers.
@@ -231,10 +262,10 @@ __global__ void __launch_bounds__(128 * WG, 2) shared_attention_wgmma_kernel(con
 
 // Host side: raise the shared-memory limit once; resident blocks per SM, or 0 when this build
 // or device has no sm_90a code for the kernel (the caller falls back to paged_attention.cuh).
-template <class T, int WG, bool kSwapV = false>
+template <class T, int WG>
 int prepare_shared_wgmma() {
   using Tile = WgmmaSharedTile<T, WG>;
-  auto kernel = shared_attention_wgmma_kernel<T, WG, kSwapV>;
+  auto kernel = shared_attention_wgmma_kernel<T, WG>;
   cudaFuncAttributes attr{};
   if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess || attr.binaryVersion != 90) {
     cudaGetLastError();
@@ -252,10 +283,10 @@ int prepare_shared_wgmma() {
   return blocks;
 }
 
-template <class T, int WG, bool kSwapV = false>
+template <class T, int WG>
 void launch_shared_wgmma(const PagedAttentionParams& p, int grid, cudaStream_t stream) {
   using Tile = WgmmaSharedTile<T, WG>;
-  shared_attention_wgmma_kernel<T, WG, kSwapV><<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
+  shared_attention_wgmma_kernel<T, WG><<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
 }
 
 }  // namespace hydragen::cuda
