@@ -160,6 +160,32 @@ TEST(CudaAttention, LargeBatchMatchesReference) {
 #endif
 }
 
+// MHA decode under a stacked prefix (CodeLlama-13B's shape, scaled down): one-row suffix items
+// that are their merge group's only item, merging with the shared state in registers; some
+// suffixes empty. Then long suffixes under the same prefix: split suffixes (ticket merge).
+TEST(CudaAttention, MhaDecodeUnderStackedPrefixMatchesReference) {
+  SKIP_WITHOUT_GPU();
+#ifdef HYDRAGEN_WITH_CUDA
+  Rng rng;
+  SCOPED_TRACE(rng.trace());
+  TreeShape shape;
+  shape.batch = 256;
+  shape.hkv = 4;
+  shape.groups = 1;
+  shape.head_dim = 128;
+  shape.segment_lengths = {300};
+  shape.suffix_lengths = {1, 1, 1, 0};
+  check_against_reference(shape, DType::bf16, AttentionMode::hydragen, 64, rng, "MHA decode B=256");
+  shape.head_dim = 64;
+  check_against_reference(shape, DType::f16, AttentionMode::hydragen, 16, rng, "MHA decode B=256 d64 f16");
+  shape.batch = 3;
+  shape.segment_lengths = {700};
+  shape.suffix_lengths = {1500, 1};
+  shape.max_query_tokens = 4;
+  check_against_reference(shape, DType::bf16, AttentionMode::hydragen, 64, rng, "MHA split suffix");
+#endif
+}
+
 TEST(CudaAttention, UnsupportedHeadDimIsAClearError) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA

@@ -9,9 +9,12 @@
 //   Q kept as fp32 in shared memory (broadcast reads); online softmax per row over the chunk
 //   (max by 5 shuffles; l kept per lane, summed once at the end); p goes to shared memory;
 //   then lane d owns D/32 output dims and streams the chunk's V rows (coalesced 8-byte
-//   loads) against p. The item writes (o / l, lse) to its state column, or -- when it alone
-//   makes its rows' output (one item, one column) -- the final output directly. Otherwise
-//   the last arrival of its merge group (atomic ticket, one fence by lane 0) merges.
+//   loads) against p. When the item is its merge group's only suffix item (no suffix split:
+//   the common decode case) and its rows have at most one shared state (one unsplit stacked
+//   column), it merges its own state in registers with that one (complete: the shared launch
+//   precedes this one in the stream) and writes the final output -- no state write, no
+//   fence, no ticket. Otherwise the items write (o / l, lse) to their state column, and the
+//   last arrival of the merge group (atomic ticket, one fence by lane 0) merges.
 #pragma once
 
 #include <cstdint>
@@ -72,6 +75,29 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   // Row r's fields live in lane r; broadcast by shuffles.
   attn::PlanRow my_row{0, 0, 0, 0, 0};
   if (lane < rows) my_row = p.rows[it.row_begin + lane];
+  // One row merging with one shared state (MHA decode: no split, one stacked column): fetch
+  // the merge group and that state now so their latency overlaps the K/V chain below. (Only
+  // for R = 1: for R >= 2 the live registers through the loop made the wide kernel spill more.)
+  int pre_col = -1;
+  float pre_lse = -INFINITY, pre_o[Shape::kDims] = {};
+  attn::PlanMergeGroup grp{0, 0};
+  if constexpr (R == 1) {
+    grp = p.groups[it.group];
+    if (grp.items == 1 && grp.columns == 2) {
+      pre_col = it.column == 0 ? 1 : 0;
+      const attn::PlanRow row0 = p.rows[it.row_begin];  // lane 0's my_row; a broadcast load
+      const std::int64_t e = row0.state_base + std::int64_t{pre_col} * row0.state_stride +
+                             std::int64_t{it.kv_head} * group_size + row0.group;
+      pre_lse = __ldcg(p.states.lse + e);
+      if constexpr (Shape::kDims == 4) {
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(p.states.o + e * D + lane * 4));
+        pre_o[0] = v.x, pre_o[1] = v.y, pre_o[2] = v.z, pre_o[3] = v.w;
+      } else {
+        const float2 v = __ldcg(reinterpret_cast<const float2*>(p.states.o + e * D + lane * 2));
+        pre_o[0] = v.x, pre_o[1] = v.y;
+      }
+    }
+  }
   int limit[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) limit[r] = __shfl_sync(0xffffffffu, my_row.key_limit, r);
@@ -227,18 +253,68 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
     lse[r] = t > 0.f ? (m[r] + __log2f(t)) * 0.69314718056f : -INFINITY;
   }
 
-  const attn::PlanMergeGroup grp = p.groups[it.group];
-  if (grp.items == 1 && grp.columns == 1) {  // the only state of its rows: final output
+  // The only suffix item of its rows and at most one other state (one unsplit stacked column):
+  // merge here. With many shared columns (a split prefix: 32/8 B=16 16K has 33) this serial
+  // per-row loop was 2x slower than the ticket merge below (H200 call 16), so those keep it.
+  if constexpr (R != 1) grp = p.groups[it.group];
+  // (R <= 2 only: in the R = 4 / 8 paths the merge code raised the wide kernel's spills.)
+  if (grp.items == 1 && (grp.columns == 1 || (R <= 2 && grp.columns == 2))) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       if (r >= rows) break;
       const int token = __shfl_sync(0xffffffffu, my_row.token, r);
       const int g = __shfl_sync(0xffffffffu, my_row.group, r);
       const std::int64_t qi = std::int64_t{token} * p.q_heads + it.kv_head * group_size + g;
+      float o[DL];
+#pragma unroll
+      for (int i = 0; i < DL; ++i) o[i] = acc[r][i] * inv[r];
+      float out_lse = lse[r];
+      if (R <= 2 && grp.columns > 1) {
+        // As merge_states_chunk, in column order; column it.column is this item's own state.
+        const int stride = __shfl_sync(0xffffffffu, my_row.state_stride, r);
+        const std::int64_t first =
+            __shfl_sync(0xffffffffu, my_row.state_base, r) + std::int64_t{it.kv_head} * group_size + g;
+        float mx = lse[r];
+        for (int c = 0; c < grp.columns; ++c)
+          if (c != it.column)
+            mx = fmaxf(mx, c == pre_col ? pre_lse : __ldcg(p.states.lse + first + std::int64_t{c} * stride));
+        if (mx == -INFINITY) {
+#pragma unroll
+          for (int i = 0; i < DL; ++i) o[i] = 0.f;
+        } else {
+          float sum = 0.f, a[DL];
+#pragma unroll
+          for (int i = 0; i < DL; ++i) a[i] = 0.f;
+          for (int c = 0; c < grp.columns; ++c) {
+            const std::int64_t e = first + std::int64_t{c} * stride;
+            const bool own = c == it.column, pre = c == pre_col;
+            const float w = __expf((own ? lse[r] : pre ? pre_lse : __ldcg(p.states.lse + e)) - mx);
+            if (w == 0.f) continue;  // an empty or negligible state
+            float x[DL];
+            if (own || pre) {
+#pragma unroll
+              for (int i = 0; i < DL; ++i) x[i] = own ? o[i] : pre_o[i];
+            } else if constexpr (DL == 4) {
+              const float4 v = __ldcg(reinterpret_cast<const float4*>(p.states.o + e * D + lane * DL));
+              x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+            } else {
+              const float2 v = __ldcg(reinterpret_cast<const float2*>(p.states.o + e * D + lane * DL));
+              x[0] = v.x, x[1] = v.y;
+            }
+            sum += w;
+#pragma unroll
+            for (int i = 0; i < DL; ++i) a[i] += w * x[i];
+          }
+          const float rs = 1.f / sum;
+#pragma unroll
+          for (int i = 0; i < DL; ++i) o[i] = a[i] * rs;
+          out_lse = mx + __logf(sum);
+        }
+      }
       T* out = static_cast<T*>(p.out) + qi * D + lane * DL;
 #pragma unroll
-      for (int i = 0; i < DL; ++i) out[i] = ptx::from_float<T>(acc[r][i] * inv[r]);
-      if (lane == 0) p.out_lse[qi] = lse[r];
+      for (int i = 0; i < DL; ++i) out[i] = ptx::from_float<T>(o[i]);
+      if (lane == 0) p.out_lse[qi] = out_lse;
     }
     return;
   }
