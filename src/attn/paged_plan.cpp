@@ -52,7 +52,9 @@ int append_pieces(std::vector<PlanPiece>& pieces, std::int32_t page_offset, std:
 }
 
 // Split count for a range of `tokens` keys when the kernel's unsplit work is `base_items`
-// items on `slots` resident blocks: the fewest splits that fill the waves best.
+// items on `slots` resident blocks: the fewest splits that fill the waves best. A split must
+// improve the filled fraction by 2% of itself: an absolute margin never split a handful of
+// items on thousands of slots (B=1 with a 1K context ran in one warp: 0.56 ms on the H200).
 int splits_for(std::int64_t tokens, std::int64_t base_items, int slots,
                std::int64_t min_split_tokens = kMinSplitTokens) {
   if (tokens <= 0 || base_items <= 0 || base_items >= slots) return 1;
@@ -64,7 +66,7 @@ int splits_for(std::int64_t tokens, std::int64_t base_items, int slots,
                                                     ceil_div(2 * std::int64_t{slots}, base_items)});
   std::int64_t best = 1;
   for (std::int64_t s = 2; s <= most; ++s)
-    if (fill(s) > fill(best) + 0.02) best = s;
+    if (fill(s) > fill(best) * 1.02) best = s;
   return static_cast<int>(best);
 }
 
@@ -136,7 +138,7 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
     const std::int64_t most = std::min<std::int64_t>(4, std::max<std::int64_t>(1, tokens / kMinSplitTokens));
     std::int64_t best = 1;
     for (std::int64_t s = 2; s <= most; ++s)
-      if (fill(s) > fill(best) + 0.02) best = s;
+      if (fill(s) > fill(best) * 1.02) best = s;
     return static_cast<int>(best);
   };
   for (int i = 0; i < num_segments; ++i)
