@@ -3,6 +3,8 @@
 // graph test (capture a step, change the plan, replay). Skipped without a CUDA device.
 #include <gtest/gtest.h>
 
+#include "cuda_test_util.h"
+
 #include <cmath>
 
 #include "attention_test_util.h"
@@ -20,12 +22,6 @@ namespace {
 
 using testing::Rng;
 
-#ifdef HYDRAGEN_WITH_CUDA
-#define SKIP_WITHOUT_GPU() \
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: CUDA tests skipped"
-#else
-#define SKIP_WITHOUT_GPU() GTEST_SKIP() << "built without CUDA (HYDRAGEN_WITH_CUDA unset): CUDA tests skipped"
-#endif
 
 struct TreeShape {
   int hkv = 1, groups = 8, head_dim = 128;
