@@ -4,8 +4,6 @@
 // attention mode. Skipped without a CUDA device.
 #include <gtest/gtest.h>
 
-#include "cuda_test_util.h"
-
 #include <cstdint>
 #include <cstdio>
 #include <set>
@@ -17,14 +15,11 @@
 #include "model/model_config.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
+#include "cuda_test_util.h"
 #include "test_model_fixtures.h"
-#ifdef HYDRAGEN_WITH_CUDA
-#include "backend/cuda/cuda_attention.h"
-#endif
 
 namespace hydragen {
 namespace {
-
 
 constexpr const char* kFixture = "tiny-llama-d64";
 constexpr double kMaxRelative = 2e-2;  // bf16 weights and activations against fp32 transformers
@@ -43,14 +38,23 @@ TEST(CudaModelReference, FixtureGreedyRunsAreVaried) {
   }
 }
 
+#ifdef HYDRAGEN_WITH_CUDA
+// The fixture's checkpoint on the GPU and transformers' record of it.
+struct Fixture {
+  std::filesystem::path dir = test::model_fixture_dir() / kFixture;
+  ModelConfig config = load_model_config(dir);
+  LlamaCuda model{config, load_weights(config, Checkpoint(dir))};
+  nlohmann::json record = test::read_json(dir / "reference.json");
+};
+#endif
+
 TEST(CudaModelReference, LogitsMatchTransformersInEveryMode) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA
-  const std::filesystem::path dir = test::model_fixture_dir() / kFixture;
-  const ModelConfig config = load_model_config(dir);
-  const LlamaCuda model(config, load_weights(config, Checkpoint(dir)));
-  const nlohmann::json record = test::read_json(dir / "reference.json");
-  SafetensorsFile logits_file(dir / "reference_logits.safetensors");
+  const Fixture fixture;
+  const LlamaCuda& model = fixture.model;
+  const nlohmann::json& record = fixture.record;
+  SafetensorsFile logits_file(fixture.dir / "reference_logits.safetensors");
   const auto& prompts = record.at("prompts");
   for (std::size_t p = 0; p < prompts.size(); ++p) {
     const auto* entry = logits_file.header().find("logits." + std::to_string(p));
@@ -71,10 +75,9 @@ TEST(CudaModelReference, LogitsMatchTransformersInEveryMode) {
 TEST(CudaModelReference, GreedyTokensMatchTransformersInEveryMode) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA
-  const std::filesystem::path dir = test::model_fixture_dir() / kFixture;
-  const ModelConfig config = load_model_config(dir);
-  const LlamaCuda model(config, load_weights(config, Checkpoint(dir)));
-  const nlohmann::json record = test::read_json(dir / "reference.json");
+  const Fixture fixture;
+  const LlamaCuda& model = fixture.model;
+  const nlohmann::json& record = fixture.record;
   for (const auto& run : record.at("greedy")) {
     const std::vector<std::int32_t> prompt = ids(record.at("prompts")[run.at("prompt_index").get<int>()]);
     const std::vector<std::int32_t> expected = ids(run.at("tokens"));

@@ -45,4 +45,19 @@ __device__ __forceinline__ float merge_states_chunk(StateBuffer states, int head
   return m + __logf(sum);
 }
 
+// One thread of each block (or warp) that wrote partial states of a merge group calls this
+// after a barrier has ordered its peers' writes before it. The fence releases those writes
+// and the atomic counts the arrival; the last of `items` arrivals acquires everyone's writes
+// (the second fence) and resets the counter for the next launch, so no host reset is needed
+// between graph replays. Returns true for the last arrival, which then merges the group.
+__device__ __forceinline__ bool take_merge_ticket(int* arrivals, int items) {
+  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+  const bool last = atomicAdd(arrivals, 1) == items - 1;
+  if (last) {
+    *arrivals = 0;
+    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+  }
+  return last;
+}
+
 }  // namespace hydragen::cuda

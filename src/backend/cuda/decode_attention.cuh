@@ -337,15 +337,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   // Ticket: lane 0 releases the warp's writes (ordered before it by __syncwarp).
   __syncwarp();
   int last = 0;
-  if (lane == 0) {
-    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
-    const int before = atomicAdd(p.group_arrivals + it.group, 1);
-    last = before == grp.items - 1;
-    if (last) {
-      p.group_arrivals[it.group] = 0;  // ready for the next launch
-      asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
-    }
-  }
+  if (lane == 0) last = take_merge_ticket(p.group_arrivals + it.group, grp.items);
   last = __shfl_sync(0xffffffffu, last, 0);
   if (!last) return;
   __syncwarp();

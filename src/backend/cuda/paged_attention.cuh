@@ -259,16 +259,7 @@ __global__ void __launch_bounds__(32 * WM * WN) paged_attention_kernel(const Pag
       // One thread releases the block's writes (ordered before it by the barrier) and takes
       // a ticket, as cooperative groups' grid sync does.
       __syncthreads();
-      if (threadIdx.x == 0) {
-        const attn::PlanMergeGroup g = p.groups[it.group];
-        asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
-        const int before = atomicAdd(p.group_arrivals + it.group, 1);
-        s_last = before == g.items - 1;
-        if (s_last) {
-          p.group_arrivals[it.group] = 0;  // ready for the next launch
-          asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
-        }
-      }
+      if (threadIdx.x == 0) s_last = take_merge_ticket(p.group_arrivals + it.group, p.groups[it.group].items);
       __syncthreads();
       if (s_last) {
         const int columns = p.groups[it.group].columns;
