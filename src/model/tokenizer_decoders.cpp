@@ -167,14 +167,7 @@ std::unique_ptr<Decoder> parse_decoder(const Json& j, const std::string& where) 
   if (type == "Strip") return std::make_unique<StripDecoder>(j, where);
   if (type == "Metaspace") return std::make_unique<MetaspaceDecoder>(j, where);
   if (type == "Sequence") {
-    const Json& list = require_field(j, "decoders", where);
-    HG_CHECK(list.is_array(), where, ".decoders must be an array");
-    std::vector<std::unique_ptr<Decoder>> steps;
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      auto step = parse_decoder(list[i], concat(where, ".decoders[", i, "]"));
-      if (step) steps.push_back(std::move(step));
-    }
-    return std::make_unique<SequenceDecoder>(std::move(steps));
+    return std::make_unique<SequenceDecoder>(parse_sequence_steps<Decoder>(j, "decoders", where, parse_decoder));
   }
   fail(where, ".type \"", type, "\" is not supported (supported decoders: ByteLevel, Replace, ",
        "ByteFallback, Fuse, Strip, Metaspace, Sequence)");

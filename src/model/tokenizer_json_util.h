@@ -4,7 +4,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "hydragen/error.h"
 
@@ -57,6 +59,22 @@ inline Pattern read_pattern(const Json& obj, const std::string& where) {
     return {p["Regex"].get<std::string>(), true};
   }
   fail(where, ".pattern must be {\"String\": ...} or {\"Regex\": ...}");
+}
+
+// The steps of a "Sequence" component (normalizers, pre-tokenizers, decoders): obj[list_key]
+// parsed element by element with parse(element, where_of_element); steps that parse to null
+// (no-ops) are dropped.
+template <class Step, class Parse>
+std::vector<std::unique_ptr<Step>> parse_sequence_steps(const Json& obj, const char* list_key,
+                                                        const std::string& where, Parse&& parse) {
+  const Json& list = require_field(obj, list_key, where);
+  HG_CHECK(list.is_array(), where, ".", list_key, " must be an array");
+  std::vector<std::unique_ptr<Step>> steps;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    auto step = parse(list[i], concat(where, ".", list_key, "[", i, "]"));
+    if (step) steps.push_back(std::move(step));
+  }
+  return steps;
 }
 
 }  // namespace hydragen::tok

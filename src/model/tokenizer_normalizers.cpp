@@ -97,14 +97,7 @@ std::unique_ptr<Normalizer> parse_normalizer(const Json& j, const std::string& w
                                              optional_field<bool>(j, "strip_right", true, where));
   }
   if (type == "Sequence") {
-    const Json& list = require_field(j, "normalizers", where);
-    HG_CHECK(list.is_array(), where, ".normalizers must be an array");
-    std::vector<std::unique_ptr<Normalizer>> steps;
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      auto step = parse_normalizer(list[i], concat(where, ".normalizers[", i, "]"));
-      if (step) steps.push_back(std::move(step));
-    }
-    return std::make_unique<SequenceNormalizer>(std::move(steps));
+    return std::make_unique<SequenceNormalizer>(parse_sequence_steps<Normalizer>(j, "normalizers", where, parse_normalizer));
   }
   fail(where, ".type \"", type, "\" is not supported (supported normalizers: Prepend, Replace, ",
        "Strip, Sequence)");

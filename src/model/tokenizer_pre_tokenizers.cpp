@@ -239,14 +239,7 @@ std::unique_ptr<PreTokenizer> parse_pre_tokenizer(const Json& j, const std::stri
     return std::make_unique<SplitPreTokenizer>(individual ? R"(\p{N})" : R"(\p{N}+)");
   }
   if (type == "Sequence") {
-    const Json& list = require_field(j, "pretokenizers", where);
-    HG_CHECK(list.is_array(), where, ".pretokenizers must be an array");
-    std::vector<std::unique_ptr<PreTokenizer>> steps;
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      auto step = parse_pre_tokenizer(list[i], concat(where, ".pretokenizers[", i, "]"));
-      if (step) steps.push_back(std::move(step));
-    }
-    return std::make_unique<SequencePreTokenizer>(std::move(steps));
+    return std::make_unique<SequencePreTokenizer>(parse_sequence_steps<PreTokenizer>(j, "pretokenizers", where, parse_pre_tokenizer));
   }
   fail(where, ".type \"", type, "\" is not supported (supported pre-tokenizers: ByteLevel, ",
        "Split, Metaspace, Digits, Sequence)");
