@@ -1,7 +1,7 @@
 // The host plan builder of the paged attention kernels (runs on the CPU, in CI): every
-// query row must read each key of its context exactly once, across the shared items that
-// stack its ancestors and its own suffix items; every partial-state column it merges must
-// be written exactly once.
+// query row must read each key of its context exactly once, from the pool slot that holds it
+// (segments may start inside a page), across the shared items that stack its ancestors and
+// its own suffix items; every partial-state column it merges must be written exactly once.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -13,34 +13,44 @@
 namespace hydragen::attn {
 namespace {
 
-// A random tree laid out in pages; page ids are just counted up.
+// A random tree laid out in pages; page ids are just counted up. Segments start at a random
+// slot of their first page (half of them at 0), a quarter of the suffixes too.
 PagedLayout random_layout(std::mt19937& rng, int segments, int sequences, int page_size, int hkv, int g) {
   PagedLayout layout;
   layout.page_size = page_size, layout.kv_heads = hkv, layout.q_heads = hkv * g, layout.head_dim = 64;
   int next_page = 0;
-  auto pages_for = [&](std::int64_t tokens) {
+  auto pages_for = [&](std::int64_t slots) {
     std::vector<std::int32_t> pages;
-    for (std::int64_t t = 0; t < tokens; t += page_size) pages.push_back(next_page++);
+    for (std::int64_t t = 0; t < slots; t += page_size) pages.push_back(next_page++);
     return pages;
   };
   const std::int64_t lengths[] = {0, 1, 7, 64, 65, 513, 2000};
   for (int i = 0; i < segments; ++i) {
     const std::int64_t len = lengths[rng() % 7];
     const int parent = i == 0 ? kNoParent : static_cast<int>(rng() % i);
-    layout.segments.push_back({parent, len, pages_for(len)});
+    const auto first_slot = static_cast<std::int32_t>(rng() % 2 ? rng() % page_size : 0);
+    layout.segments.push_back({parent, len, pages_for(first_slot + len), first_slot});
   }
   for (int s = 0; s < sequences; ++s) {
     const std::int64_t len = lengths[rng() % 6] + 3;
     const int parent = segments == 0 ? kNoParent : static_cast<int>(rng() % segments);
-    layout.sequences.push_back({parent, len, pages_for(len), 1 + static_cast<int>(rng() % 3)});
+    // Suffixes start at slot 0, except a few (the engine's prefill of a node split mid-page).
+    const auto first_slot = static_cast<std::int32_t>(rng() % 4 == 0 ? rng() % page_size : 0);
+    layout.sequences.push_back({parent, len, pages_for(first_slot + len), 1 + static_cast<int>(rng() % 3), first_slot});
   }
   return layout;
 }
 
+// The pool slot (page * page_size + offset) of slot `slot` of a page list.
+std::int64_t pool_slot(const std::vector<std::int32_t>& pages, std::int64_t slot, int page_size) {
+  return std::int64_t{pages.at(slot / page_size)} * page_size + slot % page_size;
+}
+
 void check_coverage(const PagedLayout& layout, const AttentionPlan& plan) {
-  const int hkv = layout.kv_heads, g = layout.q_heads / hkv;
-  // (kv head, query token, key position) -> reads; (state entry) -> writes.
-  std::map<std::tuple<int, int, int>, int> reads;
+  const int hkv = layout.kv_heads, g = layout.q_heads / hkv, ps = layout.page_size;
+  // (kv head, query token, key position) -> reads and the pool slot of the last;
+  // (state entry) -> writes.
+  std::map<std::tuple<int, int, int>, std::pair<int, std::int64_t>> reads;
   std::map<std::int64_t, int> writes;
   auto visit = [&](const std::vector<PlanItem>& items) {
     for (const PlanItem& it : items) {
@@ -53,7 +63,12 @@ void check_coverage(const PagedLayout& layout, const AttentionPlan& plan) {
           const PlanPiece& pc = plan.pieces[it.piece_begin + pi];
           ASSERT_GE(pc.tokens, 1);
           ASSERT_LE(pc.tokens, kBlockTokens);
-          for (int k = 0; k < pc.tokens; ++k) ++reads[{it.kv_head, row.token, pc.position + k}];
+          for (int k = 0; k < pc.tokens; ++k) {
+            const int tok = pc.token_begin + k;
+            auto& read = reads[{it.kv_head, row.token, pc.position + k}];
+            ++read.first;
+            read.second = std::int64_t{plan.pages.at(pc.page_offset + tok / ps)} * ps + tok % ps;
+          }
         }
       }
     }
@@ -63,14 +78,23 @@ void check_coverage(const PagedLayout& layout, const AttentionPlan& plan) {
   std::int64_t row = 0, expected_writes = 0;
   for (std::size_t s = 0; s < layout.sequences.size(); ++s) {
     const auto& seq = layout.sequences[s];
-    std::int64_t context = seq.suffix_tokens;
-    for (int p = seq.parent; p != kNoParent; p = layout.segments[p].parent) context += layout.segments[p].tokens;
+    // The pool slot of each context position: path segments (root first), then the suffix.
+    std::vector<int> path;
+    for (int p = seq.parent; p != kNoParent; p = layout.segments[p].parent) path.insert(path.begin(), p);
+    std::vector<std::int64_t> slots;
+    for (int p : path) {
+      const auto& seg = layout.segments[p];
+      for (std::int64_t j = 0; j < seg.tokens; ++j) slots.push_back(pool_slot(seg.pages, seg.first_slot + j, ps));
+    }
+    for (std::int64_t j = 0; j < seq.suffix_tokens; ++j) slots.push_back(pool_slot(seq.pages, seq.first_slot + j, ps));
+    const auto context = static_cast<std::int64_t>(slots.size());
     for (int t = 0; t < seq.query_tokens; ++t, ++row)
       for (int kh = 0; kh < hkv; ++kh)
         for (std::int64_t k = 0; k < context; ++k) {
           auto it = reads.find({kh, static_cast<int>(row), static_cast<int>(k)});
-          ASSERT_TRUE(it != reads.end() && it->second == 1)
+          ASSERT_TRUE(it != reads.end() && it->second.first == 1)
               << "sequence " << s << " token " << t << " kv head " << kh << " key " << k;
+          ASSERT_EQ(it->second.second, slots[k]) << "sequence " << s << " key " << k << " read from the wrong slot";
         }
   }
   for (const auto& group : plan.groups) expected_writes += group.columns;
@@ -146,6 +170,35 @@ TEST(PagedPlan, CausalLimitsAreContextPositions) {
   EXPECT_EQ(plan.rows[2].key_limit, 120);
 }
 
+// A segment that starts at slot 5 of its first page (page_size 16): pieces of <= 64 tokens
+// from slot 5, spanning pages; a child starting where its parent ends, on the parent's last page.
+TEST(PagedPlan, SegmentsStartingInsideAPage) {
+  PagedLayout layout;
+  layout.page_size = 16, layout.kv_heads = 2, layout.q_heads = 4, layout.head_dim = 64;
+  layout.segments.push_back({kNoParent, 130, {10, 11, 12, 13, 14, 15, 16, 17, 18}, 5});  // slots 5 .. 134
+  layout.segments.push_back({0, 20, {18, 19}, 7});  // 135 = 8 x 16 + 7: continues page 18
+  layout.sequences.push_back({1, 3, {30}, 1});
+  layout.sequences.push_back({1, 2, {31}, 2});
+  PlanOptions options;
+  options.min_segment_tokens_to_stack = 1;
+  const AttentionPlan plan = build_attention_plan(layout, options);
+  ASSERT_EQ(plan.stacked_segments, 2);
+  // Segment 0's pages come first in plan.pages, then segment 1's.
+  const std::vector<PlanPiece> expected = {{0, 5, 64, 0}, {0, 69, 64, 64}, {0, 133, 2, 128}, {9, 7, 20, 130}};
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(plan.pieces[i].page_offset, expected[i].page_offset) << "piece " << i;
+    EXPECT_EQ(plan.pieces[i].token_begin, expected[i].token_begin) << "piece " << i;
+    EXPECT_EQ(plan.pieces[i].tokens, expected[i].tokens) << "piece " << i;
+    EXPECT_EQ(plan.pieces[i].position, expected[i].position) << "piece " << i;
+  }
+  // Suffix pieces start at slot 0 of their own page, after the segments' context.
+  EXPECT_EQ(plan.pieces[4].token_begin, 0);
+  EXPECT_EQ(plan.pieces[4].position, 150);
+  check_coverage(layout, plan);
+  options.mode = AttentionMode::paged;  // folded: the same offsets in each sequence's own read
+  check_coverage(layout, build_attention_plan(layout, options));
+}
+
 TEST(PagedPlan, RejectsBadLayouts) {
   PagedLayout layout;
   layout.page_size = 64, layout.kv_heads = 2, layout.q_heads = 3, layout.head_dim = 64;
@@ -156,6 +209,23 @@ TEST(PagedPlan, RejectsBadLayouts) {
   EXPECT_THROW(build_attention_plan(layout), Error);  // cycle
   layout.segments = {{kNoParent, 100, {0}}};            // too few pages
   EXPECT_THROW(build_attention_plan(layout), Error);
+  layout.segments = {{kNoParent, 100, {0, 1}, 64}};     // first_slot past the page
+  EXPECT_THROW(build_attention_plan(layout), Error);
+  layout.segments = {{kNoParent, 100, {0, 1}, -1}};
+  EXPECT_THROW(build_attention_plan(layout), Error);
+  layout.segments = {{kNoParent, 100, {0, 1}, 30}};     // 30 + 100 slots need 3 pages
+  try {
+    build_attention_plan(layout);
+    FAIL() << "2 pages for first_slot 30 + 100 tokens should throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("first_slot 30"), std::string::npos) << e.what();
+  }
+  layout.segments = {{kNoParent, 100, {0, 1, 2}, 30}};
+  EXPECT_NO_THROW(build_attention_plan(layout));
+  layout.sequences = {{0, 60, {3}, 1, 10}};  // a suffix from slot 10: 70 slots need 2 pages
+  EXPECT_THROW(build_attention_plan(layout), Error);
+  layout.sequences = {{0, 60, {3, 4}, 1, 10}};
+  EXPECT_NO_THROW(build_attention_plan(layout));
 }
 
 }  // namespace

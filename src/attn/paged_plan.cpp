@@ -11,6 +11,19 @@ namespace {
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
+// A run of `tokens` slots from slot first_slot of its first page: first_slot inside a page,
+// ceil((first_slot + tokens) / page_size) pages.
+void check_page_run(int page_size, const char* what, int index, std::int32_t first_slot, std::int64_t tokens,
+                    const std::vector<std::int32_t>& pages) {
+  HG_CHECK(first_slot >= 0 && first_slot < page_size, "build_attention_plan: ", what, " ", index, " has first_slot ",
+           first_slot, ", expected [0, page_size = ", page_size, ")");
+  HG_CHECK(tokens >= 0, "build_attention_plan: ", what, " ", index, " has ", tokens, " tokens");
+  const std::int64_t expected = ceil_div(first_slot + tokens, page_size);
+  HG_CHECK(static_cast<std::int64_t>(pages.size()) == expected, "build_attention_plan: ", what, " ", index, " has ",
+           pages.size(), " pages for first_slot ", first_slot, " + ", tokens, " tokens, expected ceil((", first_slot,
+           " + ", tokens, ") / ", page_size, ") = ", expected);
+}
+
 void validate_layout(const PagedLayout& layout) {
   HG_CHECK(layout.page_size > 0 && layout.page_size % 16 == 0, "build_attention_plan: page_size must be a ",
            "positive multiple of 16, got ", layout.page_size);
@@ -22,9 +35,7 @@ void validate_layout(const PagedLayout& layout) {
     const auto& seg = layout.segments[i];
     HG_CHECK(seg.parent == kNoParent || (seg.parent >= 0 && seg.parent < n), "build_attention_plan: segment ",
              i, " has parent ", seg.parent, ", expected -1 or [0, ", n, ")");
-    HG_CHECK(static_cast<std::int64_t>(seg.pages.size()) == ceil_div(seg.tokens, layout.page_size),
-             "build_attention_plan: segment ", i, " has ", seg.pages.size(), " pages for ", seg.tokens,
-             " tokens, expected ", ceil_div(seg.tokens, layout.page_size));
+    check_page_run(layout.page_size, "segment", i, seg.first_slot, seg.tokens, seg.pages);
     int hops = 0;  // a chain longer than n segments is a cycle
     for (int p = seg.parent; p != kNoParent; p = layout.segments[p].parent)
       HG_CHECK(++hops <= n, "build_attention_plan: segment ", i, " is on a cycle");
@@ -33,19 +44,18 @@ void validate_layout(const PagedLayout& layout) {
     const auto& seq = layout.sequences[s];
     HG_CHECK(seq.parent == kNoParent || (seq.parent >= 0 && seq.parent < n), "build_attention_plan: sequence ",
              s, " has parent ", seq.parent, ", expected -1 or [0, ", n, ")");
-    HG_CHECK(static_cast<std::int64_t>(seq.pages.size()) == ceil_div(seq.suffix_tokens, layout.page_size),
-             "build_attention_plan: sequence ", s, " has ", seq.pages.size(), " suffix pages for ",
-             seq.suffix_tokens, " tokens");
+    check_page_run(layout.page_size, "sequence", static_cast<int>(s), seq.first_slot, seq.suffix_tokens, seq.pages);
     HG_CHECK(seq.query_tokens >= 1, "build_attention_plan: sequence ", s, " needs query_tokens >= 1");
   }
 }
 
-// Appends the pieces of keys [0, tokens) of one page list; returns how many.
+// Appends the pieces of `tokens` keys of one page list, the first at slot first_slot of its
+// first page; returns how many.
 int append_pieces(std::vector<PlanPiece>& pieces, std::int32_t page_offset, std::int64_t tokens,
-                  std::int64_t position) {
+                  std::int64_t position, std::int32_t first_slot) {
   int count = 0;
   for (std::int64_t b = 0; b < tokens; b += kBlockTokens, ++count)
-    pieces.push_back({page_offset, static_cast<std::int32_t>(b),
+    pieces.push_back({page_offset, static_cast<std::int32_t>(first_slot + b),
                       static_cast<std::int32_t>(std::min<std::int64_t>(kBlockTokens, tokens - b)),
                       static_cast<std::int32_t>(position + b)});
   return count;
@@ -215,7 +225,8 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
     const int row_begin = static_cast<int>(plan.rows.size());
     for (int s : readers[i]) append_rows(s);
     const int piece_begin = static_cast<int>(plan.pieces.size());
-    const int count = append_pieces(plan.pieces, seg_page_offset[i], layout.segments[i].tokens, seg_position[i]);
+    const auto& seg = layout.segments[i];
+    const int count = append_pieces(plan.pieces, seg_page_offset[i], seg.tokens, seg_position[i], seg.first_slot);
     emit_items(plan.shared_items, row_begin, rows_below[i], options.shared_tile_rows, piece_begin, count, seg_splits[i],
                seg_column[i], false);
   }
@@ -227,8 +238,11 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
     const int piece_begin = static_cast<int>(plan.pieces.size());
     int count = 0;
     for (int p : path[s])
-      if (!stacked[p]) count += append_pieces(plan.pieces, seg_page_offset[p], layout.segments[p].tokens, seg_position[p]);
-    count += append_pieces(plan.pieces, seq_page_offset[s], seq.suffix_tokens, context[s] - seq.suffix_tokens);
+      if (!stacked[p])
+        count += append_pieces(plan.pieces, seg_page_offset[p], layout.segments[p].tokens, seg_position[p],
+                               layout.segments[p].first_slot);
+    count += append_pieces(plan.pieces, seq_page_offset[s], seq.suffix_tokens, context[s] - seq.suffix_tokens,
+                           seq.first_slot);
     const std::size_t first_group = plan.groups.size();
     emit_items(plan.suffix_items, row_begin, std::int64_t{seq.query_tokens} * groups, kSuffixTileRows, piece_begin,
                count, own_splits[s], shared_columns[s], true);

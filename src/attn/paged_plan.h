@@ -2,15 +2,19 @@
 // tell the two attention kernels what to read and where to put partial states.
 //
 // K/V live in a pool of pages [num_pages, page_size, Hkv, d]. A segment of the sharing tree
-// owns whole pages (its last page may be partly filled); so does each sequence's suffix.
+// is a run of its page list: it starts at slot `first_slot` of its first page (the radix tree
+// splits segments at any token, so two segments may share a page) and its last page may be
+// partly filled. A sequence's suffix is a run of its own pages the same way (slot 0 for a
+// decoding sequence; the engine's prefill of a tree node hands the node in as a suffix).
 // A plan has two work lists:
-//   shared items: (a block-aligned range of one stacked segment, kv head, tile of <= 64
+//   shared items: (a range of the pieces of one stacked segment, kv head, tile of <= 64
 //                 query rows of the sequences below) -> fp32 partial state per row
 //   suffix items: (a range of one sequence's own keys: folded segments + suffix, kv head,
 //                 tile of <= kSuffixTileRows of its rows) -> partial state; the last item of a merge
 //                 group merges every partial state of its rows into the final output.
 // A query "row" of a tile is (query token, g) with q head = kv_head * G + g (GQA).
-// Keys are read in pieces of <= kBlockTokens tokens; a piece never spans two segments.
+// Keys are read in pieces of <= kBlockTokens tokens; a piece never spans two segments (it may
+// span pages: the kernels look the page up per token).
 #pragma once
 
 #include <cstdint>
@@ -52,13 +56,15 @@ struct PagedLayout {
   struct SegmentPages {
     int parent = kNoParent;
     std::int64_t tokens = 0;
-    std::vector<std::int32_t> pages;  // ceil(tokens / page_size) page ids
+    std::vector<std::int32_t> pages;  // ceil((first_slot + tokens) / page_size) page ids
+    std::int32_t first_slot = 0;      // slot of the first token in pages[0], [0, page_size)
   };
   struct SequencePages {
     int parent = kNoParent;
     std::int64_t suffix_tokens = 0;
-    std::vector<std::int32_t> pages;  // the suffix's pages
+    std::vector<std::int32_t> pages;  // ceil((first_slot + suffix_tokens) / page_size) page ids
     int query_tokens = 1;
+    std::int32_t first_slot = 0;  // slot of the first suffix token in pages[0], [0, page_size)
   };
   std::vector<SegmentPages> segments;
   std::vector<SequencePages> sequences;
@@ -67,7 +73,7 @@ struct PagedLayout {
 // Plain structs copied byte for byte to the device (int32 fields only).
 struct PlanPiece {
   std::int32_t page_offset;  // into AttentionPlan::pages
-  std::int32_t token_begin;  // first token, counted from the first page of that list
+  std::int32_t token_begin;  // first token's slot, counted from slot 0 of the list's first page
   std::int32_t tokens;       // 1..kBlockTokens
   std::int32_t position;     // context position of the first token (for the causal mask)
 };
