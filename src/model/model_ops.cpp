@@ -2,8 +2,10 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "hydragen/error.h"
 
@@ -90,6 +92,38 @@ void add_into(Tensor& x, const Tensor& y) {
   float* a = x.data<float>();
   const float* b = y.data<float>();
   for (std::int64_t i = 0, n = x.numel(); i < n; ++i) a[i] += b[i];
+}
+
+void copy_slots(const Tensor& src_slots, const Tensor& dst_slots, Tensor& pool) {
+  auto check_slots = [](const char* name, const Tensor& t) {
+    HG_CHECK(t.defined() && t.rank() == 1 && t.dtype() == DType::i32 && t.device() == Device::cpu && t.is_contiguous(),
+             "copy_slots: ", name, " must be a contiguous i32 CPU tensor [n], got ",
+             t.defined() ? concat(t.shape_str(), " ", dtype_name(t.dtype()), " on ", device_name(t.device()))
+                         : std::string("nothing"));
+  };
+  check_slots("src_slots", src_slots);
+  check_slots("dst_slots", dst_slots);
+  HG_CHECK(src_slots.size(0) == dst_slots.size(0), "copy_slots: src_slots ", src_slots.shape_str(),
+           " and dst_slots ", dst_slots.shape_str(), " must have the same length");
+  HG_CHECK(pool.defined() && pool.rank() == 3 && pool.device() == Device::cpu && pool.is_contiguous(),
+           "copy_slots: pool must be a contiguous CPU tensor [slots, Hkv, d], got ",
+           pool.defined() ? pool.shape_str() : std::string("nothing"));
+  const std::int64_t n = src_slots.size(0), slots = pool.size(0);
+  const std::int32_t* src = src_slots.data<std::int32_t>();
+  const std::int32_t* dst = dst_slots.data<std::int32_t>();
+  std::vector<std::int32_t> sorted_dst(dst, dst + n);
+  std::sort(sorted_dst.begin(), sorted_dst.end());
+  for (std::int64_t i = 0; i < n; ++i) {
+    HG_CHECK(src[i] >= 0 && src[i] < slots && dst[i] >= 0 && dst[i] < slots, "copy_slots: pair ", i, " copies slot ",
+             src[i], " to slot ", dst[i], ", pool ", pool.shape_str(), " has slots [0, ", slots, ")");
+    HG_CHECK(!std::binary_search(sorted_dst.begin(), sorted_dst.end(), src[i]), "copy_slots: slot ", src[i],
+             " is both a source (pair ", i, ") and a destination");
+  }
+  HG_CHECK(std::adjacent_find(sorted_dst.begin(), sorted_dst.end()) == sorted_dst.end(),
+           "copy_slots: dst_slots names a slot twice");
+  const std::size_t row_bytes = pool.bytes() / std::max<std::int64_t>(slots, 1);
+  auto* base = static_cast<unsigned char*>(pool.raw());
+  for (std::int64_t i = 0; i < n; ++i) std::memcpy(base + dst[i] * row_bytes, base + src[i] * row_bytes, row_bytes);
 }
 
 }  // namespace hydragen

@@ -25,4 +25,10 @@ void silu_mul(Tensor& gate, const Tensor& up);
 // x += y, in place (the residual add). Same shapes.
 void add_into(Tensor& x, const Tensor& y);
 
+// Copies K/V rows inside a page pool (the dense baseline's per-sequence copy of its prefix):
+// row dst_slots[i] = row src_slots[i] for every i. pool [slots, Hkv, d] of any dtype, a page
+// pool viewed with slot = page * page_size + offset; src_slots, dst_slots i32 [n]. Every slot
+// must lie in the pool, destinations must be distinct and no destination may be a source.
+void copy_slots(const Tensor& src_slots, const Tensor& dst_slots, Tensor& pool);
+
 }  // namespace hydragen

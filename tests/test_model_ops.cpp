@@ -1,0 +1,70 @@
+// The CPU model ops that no forward-pass test pins down on their own: copy_slots, the K/V row
+// copy inside a page pool (the dense baseline's per-sequence copies), and its input checks.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hydragen/error.h"
+#include "hydragen/tensor.h"
+#include "model/model_ops.h"
+
+namespace hydragen {
+namespace {
+
+Tensor slot_tensor(std::vector<std::int32_t> slots) {
+  Tensor t = Tensor::empty({static_cast<std::int64_t>(slots.size())}, DType::i32);
+  for (std::size_t i = 0; i < slots.size(); ++i) t.data<std::int32_t>()[i] = slots[i];
+  return t;
+}
+
+TEST(ModelOps, CopySlotsCopiesRowsInsideThePool) {
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    const std::int64_t slots = 40, hkv = 2, d = 8, row = hkv * d;
+    Tensor pool = Tensor::empty({slots, hkv, d}, dtype);
+    for (std::int64_t i = 0; i < pool.numel(); ++i) pool.set(i, static_cast<double>(i));  // exact in bf16 below 256
+    const Tensor before = pool.clone();
+    const std::vector<std::int32_t> src{3, 17, 0, 39}, dst{20, 5, 38, 1};
+    copy_slots(slot_tensor(src), slot_tensor(dst), pool);
+    std::vector<std::int64_t> source_of(slots);
+    for (std::int64_t s = 0; s < slots; ++s) source_of[s] = s;
+    for (std::size_t i = 0; i < src.size(); ++i) source_of[dst[i]] = src[i];
+    for (std::int64_t s = 0; s < slots; ++s)
+      for (std::int64_t j = 0; j < row; ++j)
+        ASSERT_EQ(pool.get(s * row + j), before.get(source_of[s] * row + j)) << dtype_name(dtype) << " slot " << s;
+  }
+  Tensor empty_pool = Tensor::zeros({4, 1, 8}, DType::f32);
+  EXPECT_NO_THROW(copy_slots(slot_tensor({}), slot_tensor({}), empty_pool));
+}
+
+void expect_error(const std::vector<std::int32_t>& src, const std::vector<std::int32_t>& dst, const std::string& words) {
+  Tensor pool = Tensor::zeros({10, 2, 4}, DType::f32);
+  try {
+    copy_slots(slot_tensor(src), slot_tensor(dst), pool);
+    FAIL() << "expected an error mentioning '" << words << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+  }
+}
+
+TEST(ModelOps, CopySlotsRejectsBadSlots) {
+  expect_error({0, 1}, {2}, "same length");
+  expect_error({0, 10}, {2, 3}, "has slots [0, 10)");
+  expect_error({-1}, {2}, "has slots [0, 10)");
+  expect_error({0, 1}, {2, 2}, "names a slot twice");
+  expect_error({0, 2}, {2, 3}, "both a source");
+  Tensor pool = Tensor::zeros({10, 2, 4}, DType::f32);
+  Tensor slots64 = Tensor::zeros({1}, DType::f32);
+  try {
+    copy_slots(slots64, slot_tensor({1}), pool);
+    FAIL() << "f32 slots should throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("src_slots must be a contiguous i32"), std::string::npos) << e.what();
+  }
+  Tensor flat = Tensor::zeros({40}, DType::f32);
+  EXPECT_THROW(copy_slots(slot_tensor({0}), slot_tensor({1}), flat), Error);
+}
+
+}  // namespace
+}  // namespace hydragen
