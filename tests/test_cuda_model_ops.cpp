@@ -127,6 +127,28 @@ TEST(CudaModelOps, SiluMulAndAddMatchCpu) {
 #endif
 }
 
+// A copy is exact: the pool after cuda::copy_slots equals the CPU twin's bit for bit. Rows of
+// 256 bytes (16-byte chunks) and of 6 bytes (the byte path).
+TEST(CudaModelOps, CopySlotsMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+#ifdef HYDRAGEN_WITH_CUDA
+  for (const auto& [hkv, d] : {std::pair<std::int64_t, std::int64_t>{2, 64}, {1, 3}}) {
+    const std::int64_t slots = 300, pairs = 120;
+    Tensor pool = random_f32({slots, hkv, d}, 8).to(DType::bf16);
+    // A fixed permutation of the slots: the first `pairs` are sources, the next `pairs` destinations.
+    std::vector<std::int32_t> order(slots);
+    for (std::int64_t i = 0; i < slots; ++i) order[i] = static_cast<std::int32_t>((i * 7 + 3) % slots);
+    std::vector<std::int32_t> src(order.begin(), order.begin() + pairs), dst(order.begin() + pairs, order.begin() + 2 * pairs);
+    const Tensor src_cpu = Tensor::wrap(src.data(), {pairs}, DType::i32), dst_cpu = Tensor::wrap(dst.data(), {pairs}, DType::i32);
+    Tensor device_pool = pool.to(Device::cuda);
+    cuda::copy_slots(src_cpu.to(Device::cuda), dst_cpu.to(Device::cuda), device_pool);
+    copy_slots(src_cpu, dst_cpu, pool);
+    const Tensor host = device_pool.to(Device::cpu);
+    for (std::int64_t i = 0; i < pool.numel(); ++i) ASSERT_EQ(host.get(i), pool.get(i)) << "d " << d << " element " << i;
+  }
+#endif
+}
+
 TEST(CudaModelOps, RandomWeightsOnDeviceEqualCpu) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA

@@ -1,5 +1,8 @@
 #include "backend/cuda/model_ops.h"
 
+#include <algorithm>
+#include <cstdint>
+
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -125,6 +128,20 @@ __global__ void embed_rows_kernel(const bf16_t* table, const int* tokens, bf16_t
   for (int i = threadIdx.x; i < hidden; i += blockDim.x) o[i] = row[i];
 }
 
+// Thread i of the grid-stride loop copies 16-byte chunk i % chunks of pair i / chunks (chunk =
+// 16 bytes when the row allows it, else 1 byte): whole rows move as coalesced 16-byte loads.
+template <class Chunk>
+__global__ void copy_slots_kernel(const int* src, const int* dst, std::int64_t pairs, std::int64_t slots,
+                                  std::int64_t chunks, Chunk* pool) {
+  for (std::int64_t index = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; index < pairs * chunks;
+       index += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t pair = index / chunks, chunk = index % chunks;
+    const int s = src[pair], d = dst[pair];
+    if (s < 0 || s >= slots || d < 0 || d >= slots) continue;
+    pool[d * chunks + chunk] = pool[s * chunks + chunk];
+  }
+}
+
 // One cuBLAS handle per thread, made on first use and kept for the process.
 cublasHandle_t cublas_handle() {
   thread_local cublasHandle_t handle = [] {
@@ -242,6 +259,33 @@ void embed_rows(const Tensor& table, const Tensor& tokens, Tensor& out, void* st
   if (tokens.size(0) == 0) return;
   embed_rows_kernel<<<static_cast<unsigned>(tokens.size(0)), kThreads, 0, as_stream(stream)>>>(
       cdata(table), tokens.data<int>(), mdata(out), static_cast<int>(table.size(1)));
+  HG_CUDA_CHECK(cudaGetLastError());
+}
+
+void copy_slots(const Tensor& src_slots, const Tensor& dst_slots, Tensor& pool, void* stream) {
+  check_operand("copy_slots", "src_slots", src_slots, DType::i32, 1);
+  check_operand("copy_slots", "dst_slots", dst_slots, DType::i32, 1);
+  HG_CHECK(pool.defined(), "copy_slots: pool must be a contiguous CUDA tensor [slots, Hkv, d], got nothing");
+  check_operand("copy_slots", "pool", pool, pool.dtype(), 3);
+  HG_CHECK(src_slots.size(0) == dst_slots.size(0), "copy_slots: src_slots ", src_slots.shape_str(), " and dst_slots ",
+           dst_slots.shape_str(), " must have the same length");
+  const std::int64_t pairs = src_slots.size(0), slots = pool.size(0);
+  if (pairs == 0 || pool.numel() == 0) return;
+  const std::int64_t row_bytes = static_cast<std::int64_t>(pool.bytes()) / slots;
+  const int* src = src_slots.data<int>();
+  const int* dst = dst_slots.data<int>();
+  // Enough blocks to fill the device; the grid-stride loop does the rest.
+  auto grid = [&](std::int64_t chunks) {
+    return static_cast<unsigned>(std::min<std::int64_t>((pairs * chunks + kThreads - 1) / kThreads, 4096));
+  };
+  if (row_bytes % 16 == 0 && reinterpret_cast<std::uintptr_t>(pool.raw()) % 16 == 0) {
+    const std::int64_t chunks = row_bytes / 16;
+    copy_slots_kernel<<<grid(chunks), kThreads, 0, as_stream(stream)>>>(src, dst, pairs, slots, chunks,
+                                                                        static_cast<uint4*>(pool.raw()));
+  } else {
+    copy_slots_kernel<<<grid(row_bytes), kThreads, 0, as_stream(stream)>>>(src, dst, pairs, slots, row_bytes,
+                                                                           static_cast<unsigned char*>(pool.raw()));
+  }
   HG_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -45,6 +45,13 @@ void add_bias(Tensor& y, const Tensor& bias, void* stream = nullptr);
 // bf16 [rows, hidden]. Ids outside the vocabulary must be rejected by the caller. Twin: embed_rows.
 void embed_rows(const Tensor& table, const Tensor& tokens, Tensor& out, void* stream = nullptr);
 
+// Copies K/V rows inside a page pool: row dst_slots[i] = row src_slots[i] for every i (the
+// dense baseline's per-sequence copies). pool bf16 [slots, Hkv, d] (any dtype works: rows are
+// copied as bytes); src_slots, dst_slots i32 [n] on the device. Destinations must be distinct
+// and disjoint from the sources (not checked here: the slots live on the device); a pair with
+// a slot outside [0, slots) is skipped, never read or written. Twin: copy_slots.
+void copy_slots(const Tensor& src_slots, const Tensor& dst_slots, Tensor& pool, void* stream = nullptr);
+
 // Fills a bf16 tensor on the device with amplitude * counter_uniform(key, i): the same
 // values random_weights makes on the CPU (before its bf16 rounding). Twin: random_weights.
 void fill_uniform(Tensor& out, std::uint64_t key, float amplitude, void* stream = nullptr);
