@@ -1,6 +1,8 @@
 // CUDA tree attention against the float64 reference (test-backend-ops pattern): random
-// trees and shapes, all three modes, bf16 and fp16, page sizes 16 and 64; plus the CUDA
-// graph test (capture a step, change the plan, replay). Skipped without a CUDA device.
+// trees and shapes, all three modes, bf16 and fp16, page sizes 16 and 64; segments that start
+// inside a page through every kernel; the plan runner against its CPU twin on the same plan;
+// plus the CUDA graph test (capture a step, change the plan, replay). Skipped without a CUDA
+// device.
 #include <gtest/gtest.h>
 
 #include "cuda_test_util.h"
@@ -8,10 +10,15 @@
 #include <cmath>
 
 #include "attention_test_util.h"
+#include "backend/cpu/paged_attention_cpu.h"
 #include "hydragen/attention.h"
 #include "hydragen/error.h"
+#include "paged_test_util.h"
 #ifdef HYDRAGEN_WITH_CUDA
 #include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <optional>
 
 #include "backend/cuda/cuda_attention.h"
 #include "backend/cuda/paged_attention_runner.h"
@@ -97,6 +104,126 @@ void check_against_reference(const TreeShape& shape, DType dtype, AttentionMode 
   expect_lse_near(out.lse, ref.lse, what);
 }
 #endif
+
+#ifdef HYDRAGEN_WITH_CUDA
+// Sets an environment variable for a scope (the runner reads its kernel overrides from the
+// environment), then restores it.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_) setenv(name_, old_->c_str(), 1);
+    else unsetenv(name_);
+  }
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// Runs `plan` with PagedAttentionRunner over the case's pool and q in bf16 on the device;
+// outputs start as NaN. Returns o (widened to f32) and lse on the CPU.
+AttentionState run_on_device(const testing::PagedCase& c, const attn::AttentionPlan& plan, int shared_tile_rows) {
+  const std::int64_t rows = c.q.size(0), hq = c.q.size(1), d = c.q.size(2);
+  cuda::PagedAttentionRunner runner(DType::bf16, static_cast<int>(d), static_cast<int>(hq), c.layout.kv_heads,
+                                    cuda::PlanCapacity::of(plan), shared_tile_rows);
+  runner.upload(plan);
+  runner.poison_states();
+  const Tensor k = c.k_pool.to(DType::bf16).to(Device::cuda), v = c.v_pool.to(DType::bf16).to(Device::cuda);
+  const Tensor q = c.q.to(DType::bf16).to(Device::cuda);
+  Tensor out = Tensor::empty({rows, hq, d}, DType::bf16, Device::cuda);
+  Tensor out_lse = Tensor::empty({rows, hq}, DType::f32, Device::cuda);
+  EXPECT_EQ(cudaMemset(out.raw(), 0xff, out.bytes()), cudaSuccess);
+  EXPECT_EQ(cudaMemset(out_lse.raw(), 0xff, out_lse.bytes()), cudaSuccess);
+  cuda::PagedAttentionArgs args;
+  args.q = q.raw(), args.k_pool = k.raw(), args.v_pool = v.raw(), args.out = out.raw();
+  args.out_lse = out_lse.data<float>(), args.page_size = c.layout.page_size;
+  runner.run(args);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return {out.to(Device::cpu).to(DType::f32), out_lse.to(Device::cpu)};
+}
+#endif
+
+// Segments that start inside a page (random first_slot, children continuing on their parent's
+// last page, shuffled page ids, NaN in every slot no segment owns) through every kernel: the
+// shared launch's wgmma (d 128) and mma.sync kernels, the suffix launch's decode and mma
+// kernels; page sizes 16 and 64; against the float64 reference.
+TEST(CudaAttention, SegmentsStartingInsidePagesMatchReference) {
+  SKIP_WITHOUT_GPU();
+#ifdef HYDRAGEN_WITH_CUDA
+  Rng rng;
+  SCOPED_TRACE(rng.trace());
+  for (int trial = 0; trial < 32; ++trial) {
+    const char* shared_kernel = trial % 2 ? "mma" : nullptr;  // nullptr: the device's choice (wgmma for d 128)
+    const char* suffix_kernel = trial / 2 % 2 ? "mma" : "decode";
+    const ScopedEnv shared_env("HYDRAGEN_SHARED_KERNEL", shared_kernel);
+    const ScopedEnv suffix_env("HYDRAGEN_SUFFIX_KERNEL", suffix_kernel);
+    testing::PagedShape shape;
+    shape.page_size = trial / 4 % 2 ? 16 : 64;
+    shape.head_dim = trial / 8 % 2 ? 64 : 128;
+    shape.groups = rng.pick(std::vector<int>{1, 4, 8});
+    shape.kv_heads = rng.uniform_int(1, 2);
+    shape.depth = rng.uniform_int(1, 3);
+    shape.max_roots = 2;
+    shape.batch = rng.pick(std::vector<int>{2, 5, 16, 40});
+    shape.max_query_tokens = trial % 3 == 0 ? 5 : 1;
+    shape.round_to_bf16 = true;
+    const AttentionMode mode = trial / 16 ? AttentionMode::paged : AttentionMode::hydragen;
+    const testing::PagedCase c = testing::random_paged_case(shape, rng);
+    attn::PlanOptions options = cuda::plan_options_for_device(DType::bf16, shape.head_dim, mode, true);
+    if (trial % 4 == 1) options.min_sharers_to_stack = 1, options.min_segment_tokens_to_stack = 1;  // stack short ones too
+    if (trial % 4 == 2) options.suffix_min_split_tokens = 32;  // split suffix reads
+    const attn::AttentionPlan plan = attn::build_attention_plan(c.layout, options);
+    const AttentionState out = run_on_device(c, plan, options.shared_tile_rows);
+    const AttentionState ref = reference_tree_attention(c.tree, c.q);
+    const std::string what = concat("trial ", trial, " ", mode_name(mode), " shared ", shared_kernel ? "mma" : "auto",
+                                    " suffix ", suffix_kernel, " page ", shape.page_size, " d ", shape.head_dim, " G ",
+                                    shape.groups, " Hkv ", shape.kv_heads, " depth ", shape.depth, " batch ", shape.batch,
+                                    " stacked ", plan.stacked_segments);
+    EXPECT_LE(relative_norm_error(out.o, ref.o), 5e-3) << what;
+    expect_lse_near(out.lse, ref.lse, what);
+  }
+#endif
+}
+
+// PagedAttentionRunner and its CPU twin cpu::run_attention_plan on the same plan: the bf16
+// pool on the device, the same values in f32 on the CPU; every mode, splits forced on some.
+TEST(CudaAttention, RunnerMatchesCpuPlanRunner) {
+  SKIP_WITHOUT_GPU();
+#ifdef HYDRAGEN_WITH_CUDA
+  Rng rng;
+  SCOPED_TRACE(rng.trace());
+  for (int trial = 0; trial < 12; ++trial) {
+    testing::PagedShape shape;
+    shape.page_size = trial % 2 ? 16 : 64;
+    shape.head_dim = trial / 2 % 2 ? 64 : 128;
+    shape.groups = rng.pick(std::vector<int>{1, 4, 8});
+    shape.kv_heads = 2;
+    shape.depth = rng.uniform_int(1, 3);
+    shape.batch = rng.pick(std::vector<int>{3, 24});
+    shape.max_query_tokens = trial % 3 == 0 ? 5 : 1;
+    shape.round_to_bf16 = true;
+    if (trial % 4 == 3) shape.segment_lengths.push_back(1500);
+    const AttentionMode mode = std::vector{AttentionMode::hydragen, AttentionMode::paged, AttentionMode::dense}[trial % 3];
+    shape.dense = mode == AttentionMode::dense;
+    const testing::PagedCase c = testing::random_paged_case(shape, rng);
+    attn::PlanOptions options = cuda::plan_options_for_device(DType::bf16, shape.head_dim, mode, true);
+    if (trial % 4 >= 2) options.suffix_min_split_tokens = 32;
+    const attn::AttentionPlan plan = attn::build_attention_plan(c.layout, options);
+    const AttentionState gpu = run_on_device(c, plan, options.shared_tile_rows);
+    AttentionState cpu{Tensor::empty(c.q.shape(), DType::f32), Tensor::empty({c.q.size(0), c.q.size(1)}, DType::f32)};
+    cpu::run_attention_plan(plan, c.q, c.k_pool, c.v_pool, cpu.o, &cpu.lse);
+    const std::string what = concat("trial ", trial, " ", mode_name(mode), " page ", shape.page_size, " d ",
+                                    shape.head_dim, " G ", shape.groups, " batch ", shape.batch);
+    EXPECT_FALSE(testing::has_nan(cpu.o)) << what;
+    EXPECT_LE(relative_norm_error(gpu.o, cpu.o), 5e-3) << what;
+    expect_lse_near(gpu.lse, cpu.lse, what);
+  }
+#endif
+}
 
 TEST(CudaAttention, RandomTreesMatchFloat64Reference) {
   SKIP_WITHOUT_GPU();
