@@ -66,6 +66,8 @@ double attention_kv_bytes_held(const AttentionPoint& point, const std::string& m
 
 // Adds the `attention` subcommand under `bench`.
 void register_bench_attention(CLI::App& bench);
+// `hydragen bench e2e` (tools/bench_e2e.cpp).
+void register_bench_e2e(CLI::App& bench);
 void run_bench_attention(const BenchAttentionOptions& options);
 
 }  // namespace hydragen::bench

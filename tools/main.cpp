@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks: each prints a table and writes JSON");
   bench->require_subcommand(1);
   hydragen::bench::register_bench_attention(*bench);
+  hydragen::bench::register_bench_e2e(*bench);
 #endif
   hydragen::cli::register_generate(app);
 

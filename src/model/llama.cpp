@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "backend/cpu/paged_attention_cpu.h"
 #include "hydragen/error.h"
 #include "model/model_ops.h"
 #include "model/rope.h"
@@ -44,16 +45,23 @@ Llama::Llama(ModelConfig config, LlamaWeights weights)
   HG_CHECK(w.lm_head.defined(), "Llama: lm_head is missing (tie it to embed for tied embeddings)");
 }
 
-Tensor Llama::attention_block(std::int64_t layer, const Tensor& x, const ForwardBatch& batch,
-                              std::span<const std::int64_t> positions, AttentionMode mode) const {
+Llama::Qkv Llama::project_qkv(std::int64_t layer, const Tensor& x, std::span<const std::int64_t> positions) const {
   const LayerWeights& w = weights_.layers[static_cast<std::size_t>(layer)];
   const std::int64_t rows = x.size(0), d = config_.head_dim;
   const Tensor h = rms_norm(x, w.attn_norm, static_cast<float>(config_.rms_norm_eps));
-  Tensor q = linear(h, w.wq, w.bq).reshape({rows, config_.num_heads, d});
-  Tensor k = linear(h, w.wk, w.bk).reshape({rows, config_.num_kv_heads, d});
-  const Tensor v = linear(h, w.wv, w.bv).reshape({rows, config_.num_kv_heads, d});
-  apply_rope(q, positions, inv_freq_);
-  apply_rope(k, positions, inv_freq_);
+  Qkv out{linear(h, w.wq, w.bq).reshape({rows, config_.num_heads, d}),
+          linear(h, w.wk, w.bk).reshape({rows, config_.num_kv_heads, d}),
+          linear(h, w.wv, w.bv).reshape({rows, config_.num_kv_heads, d})};
+  apply_rope(out.q, positions, inv_freq_);
+  apply_rope(out.k, positions, inv_freq_);
+  return out;
+}
+
+Tensor Llama::attention_block(std::int64_t layer, const Tensor& x, const ForwardBatch& batch,
+                              std::span<const std::int64_t> positions, AttentionMode mode) const {
+  const LayerWeights& w = weights_.layers[static_cast<std::size_t>(layer)];
+  const std::int64_t rows = x.size(0);
+  auto [q, k, v] = project_qkv(layer, x, positions);
 
   SharingTree tree;
   for (const KvCache* prefix : batch.prefixes) {
@@ -114,6 +122,37 @@ Tensor Llama::forward(const ForwardBatch& batch, const ForwardOptions& options) 
     }
     x = last;
   }
+  return linear(rms_norm(x, weights_.final_norm, static_cast<float>(config_.rms_norm_eps)), weights_.lm_head);
+}
+
+Tensor Llama::forward_paged(const StepRows& rows, const attn::AttentionPlan* plan, PagedKv& kv, bool logits) const {
+  check_step_rows(rows, config_, kv);
+  HG_CHECK(kv.layers() == config_.num_layers && kv.k[0].dtype() == DType::f32 && kv.k[0].device() == Device::cpu,
+           "Llama::forward_paged: the pool must be f32 on the CPU with ", config_.num_layers, " layers");
+  HG_CHECK(plan == nullptr || plan->query_rows == rows.size(), "Llama::forward_paged: the plan has ",
+           plan ? plan->query_rows : 0, " query rows for ", rows.size(), " step rows");
+  const std::int64_t n = rows.size(), d = config_.head_dim, hkv = config_.num_kv_heads;
+  const std::vector<std::int64_t> positions(rows.positions.begin(), rows.positions.end());
+  Tensor x = embed_rows(weights_.embed, rows.tokens);
+  for (std::int64_t layer = 0; layer < config_.num_layers; ++layer) {
+    const LayerWeights& w = weights_.layers[static_cast<std::size_t>(layer)];
+    auto [q, k, v] = project_qkv(layer, x, positions);
+    Tensor k_pool = kv.k_slots(layer), v_pool = kv.v_slots(layer);
+    for (std::int64_t r = 0; r < n; ++r) {
+      const std::int32_t slot = rows.slots[static_cast<std::size_t>(r)];
+      if (slot < 0) continue;
+      std::memcpy(k_pool.data<float>() + slot * hkv * d, k.data<float>() + r * hkv * d, hkv * d * sizeof(float));
+      std::memcpy(v_pool.data<float>() + slot * hkv * d, v.data<float>() + r * hkv * d, hkv * d * sizeof(float));
+    }
+    Tensor o = q;  // the `none` mode keeps the projections and skips attention
+    if (plan != nullptr) {
+      o = Tensor::empty(q.shape(), DType::f32);
+      cpu::run_attention_plan(*plan, q, kv.k[static_cast<std::size_t>(layer)], kv.v[static_cast<std::size_t>(layer)], o);
+    }
+    add_into(x, linear(o.reshape({n, config_.q_size()}), w.wo, w.bo));
+    add_into(x, mlp_block(layer, x));
+  }
+  if (!logits) return {};
   return linear(rms_norm(x, weights_.final_norm, static_cast<float>(config_.rms_norm_eps)), weights_.lm_head);
 }
 

@@ -9,10 +9,12 @@
 #include <span>
 #include <vector>
 
+#include "attn/paged_plan.h"
 #include "hydragen/attention.h"
 #include "hydragen/tensor.h"
 #include "model/kv_cache.h"
 #include "model/model_config.h"
+#include "model/paged_kv.h"
 #include "model/weights.h"
 
 namespace hydragen {
@@ -46,10 +48,20 @@ class Llama {
   // Logits f32: [sum of new tokens, vocab] with all_positions, else [sequences, vocab].
   Tensor forward(const ForwardBatch& batch, const ForwardOptions& options = {}) const;
 
+  // One step over a paged pool (the engine's path): each row's K/V is written at its slot,
+  // then attention reads the pool through `plan` (nullptr: attention skipped and o = q, the
+  // `none` mode). kv must be f32 on the CPU. Returns logits f32 [rows, vocab] when `logits`,
+  // else an undefined tensor.
+  Tensor forward_paged(const StepRows& rows, const attn::AttentionPlan* plan, PagedKv& kv, bool logits) const;
+
   // Logits [tokens, vocab] of a single prompt, every position.
   Tensor logits(std::span<const std::int32_t> tokens, AttentionMode mode = AttentionMode::hydragen) const;
 
  private:
+  struct Qkv {
+    Tensor q, k, v;  // [rows, Hq, d], [rows, Hkv, d] x 2; q and k rotated
+  };
+  Qkv project_qkv(std::int64_t layer, const Tensor& x, std::span<const std::int64_t> positions) const;
   Tensor attention_block(std::int64_t layer, const Tensor& x, const ForwardBatch& batch,
                          std::span<const std::int64_t> positions, AttentionMode mode) const;
   Tensor mlp_block(std::int64_t layer, const Tensor& x) const;

@@ -79,11 +79,69 @@ LlamaCuda::Cache LlamaCuda::new_cache(std::int64_t capacity) const {
   return cache;
 }
 
+LlamaCuda::StepBuffers LlamaCuda::new_step_buffers(std::int64_t rows) const {
+  const std::int64_t hidden = config_.hidden_size, d = config_.head_dim;
+  const std::int64_t hq = config_.num_heads, hkv = config_.num_kv_heads;
+  auto bf16 = [&](std::vector<std::int64_t> shape) { return Tensor::zeros(std::move(shape), DType::bf16, Device::cuda); };
+  StepBuffers b;
+  b.capacity = rows;
+  b.tokens = Tensor::zeros({rows}, DType::i32, Device::cuda);
+  b.positions = Tensor::zeros({rows}, DType::i32, Device::cuda);
+  b.slots = Tensor::zeros({rows}, DType::i32, Device::cuda);
+  b.x = bf16({rows, hidden});
+  b.h = bf16({rows, hidden});
+  b.qkv = bf16({rows, (hq + 2 * hkv) * d});
+  b.q = bf16({rows, hq, d});
+  b.o = bf16({rows, hq, d});
+  b.delta = bf16({rows, hidden});
+  b.gate_up = bf16({rows, 2 * config_.intermediate_size});
+  b.act = bf16({rows, config_.intermediate_size});
+  b.logits = Tensor::zeros({rows, config_.vocab_size}, DType::f32, Device::cuda);
+  b.lse = Tensor::zeros({rows, hq}, DType::f32, Device::cuda);
+  return b;
+}
+
+void LlamaCuda::forward_rows(std::int64_t rows, StepBuffers& b, const std::function<Tensor(std::int64_t)>& k_slots,
+                             const std::function<Tensor(std::int64_t)>& v_slots, const AttendFn& attend, bool logits,
+                             void* stream) const {
+  HG_CHECK(rows > 0 && rows <= b.capacity, "LlamaCuda::forward_rows: ", rows, " rows for buffers of ", b.capacity);
+  const std::int64_t d = config_.head_dim, hq = config_.num_heads, hkv = config_.num_kv_heads;
+  const auto eps = static_cast<float>(config_.rms_norm_eps);
+  auto first = [rows](const Tensor& t) { return t.slice(0, 0, rows); };
+  Tensor x = first(b.x), h = first(b.h), qkv = first(b.qkv), q = first(b.q), o = first(b.o), delta = first(b.delta),
+         gate_up = first(b.gate_up), act = first(b.act), lse = first(b.lse);
+  const Tensor positions = first(b.positions), slots = first(b.slots);
+  auto st = static_cast<cudaStream_t>(stream);
+  cuda::embed_rows(embed_, first(b.tokens), x, stream);
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& layer = layers_[l];
+    cuda::add_rms_norm(x, l == 0 ? Tensor{} : delta, layer.attn_norm, eps, h, stream);
+    cuda::linear(h, layer.w_qkv, qkv, stream);
+    if (layer.b_qkv.defined()) cuda::add_bias(qkv, layer.b_qkv, stream);
+    Tensor k_cache = k_slots(static_cast<std::int64_t>(l)), v_cache = v_slots(static_cast<std::int64_t>(l));
+    cuda::rope_append_kv(qkv, hq, hkv, positions, inv_freq_, slots, k_cache, v_cache, stream);
+    // The q heads are the first hq * d columns of each qkv row; `none` uses them as o.
+    HG_CHECK(cudaMemcpy2DAsync(attend ? q.raw() : o.raw(), hq * d * 2, qkv.raw(), (hq + 2 * hkv) * d * 2, hq * d * 2,
+                               rows, cudaMemcpyDeviceToDevice, st) == cudaSuccess,
+             "LlamaCuda: cudaMemcpy2DAsync of q failed");
+    if (attend) attend(static_cast<std::int64_t>(l), q, o, lse);
+    cuda::linear(o.reshape({rows, hq * d}), layer.wo, delta, stream);
+    if (layer.bo.defined()) cuda::add_bias(delta, layer.bo, stream);
+    cuda::add_rms_norm(x, delta, layer.mlp_norm, eps, h, stream);
+    cuda::linear(h, layer.w_gate_up, gate_up, stream);
+    cuda::silu_mul(gate_up, act, stream);
+    cuda::linear(act, layer.w_down, delta, stream);
+  }
+  if (!logits) return;
+  cuda::add_rms_norm(x, delta, final_norm_, eps, h, stream);
+  // f32 logits: bf16 rounding (a step of 1/32 at |8|) would tie close greedy candidates.
+  Tensor out = first(b.logits);
+  cuda::linear(h, lm_head_, out, stream);
+}
+
 Tensor LlamaCuda::step(std::span<const std::int32_t> tokens, Cache& cache, AttentionMode mode,
                        bool all_positions) const {
   const auto rows = static_cast<std::int64_t>(tokens.size());
-  const std::int64_t hidden = config_.hidden_size, d = config_.head_dim;
-  const std::int64_t hq = config_.num_heads, hkv = config_.num_kv_heads;
   HG_CHECK(rows > 0 && cache.length + rows <= cache.k[0].size(0), "LlamaCuda: ", rows, " tokens do not fit the cache");
   std::vector<std::int32_t> positions(static_cast<std::size_t>(rows));
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -91,49 +149,24 @@ Tensor LlamaCuda::step(std::span<const std::int32_t> tokens, Cache& cache, Atten
              " is outside the vocabulary [0, ", config_.vocab_size, ")");
     positions[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(cache.length + r);
   }
-  const Tensor device_positions = device_i32(positions);  // also the cache slots: contiguous
-  const Tensor device_tokens = device_i32(std::vector<std::int32_t>(tokens.begin(), tokens.end()));
-
-  Tensor x = Tensor::empty({rows, hidden}, DType::bf16, Device::cuda);
-  cuda::embed_rows(embed_, device_tokens, x);
-  Tensor h = Tensor::empty({rows, hidden}, DType::bf16, Device::cuda);
-  Tensor qkv = Tensor::empty({rows, (hq + 2 * hkv) * d}, DType::bf16, Device::cuda);
-  Tensor q = Tensor::empty({rows, hq, d}, DType::bf16, Device::cuda);
-  Tensor o = Tensor::empty({rows, hq * d}, DType::bf16, Device::cuda);
-  Tensor delta = Tensor::empty({rows, hidden}, DType::bf16, Device::cuda);
-  Tensor gate_up = Tensor::empty({rows, 2 * config_.intermediate_size}, DType::bf16, Device::cuda);
-  Tensor act = Tensor::empty({rows, config_.intermediate_size}, DType::bf16, Device::cuda);
-  bool have_delta = false;
-  for (std::size_t l = 0; l < layers_.size(); ++l) {
-    const Layer& layer = layers_[l];
-    cuda::add_rms_norm(x, have_delta ? delta : Tensor{}, layer.attn_norm, static_cast<float>(config_.rms_norm_eps), h);
-    cuda::linear(h, layer.w_qkv, qkv);
-    if (layer.b_qkv.defined()) cuda::add_bias(qkv, layer.b_qkv);
-    cuda::rope_append_kv(qkv, hq, hkv, device_positions, inv_freq_, device_positions, cache.k[l], cache.v[l]);
-    // The q heads are the first hq * d columns of each qkv row.
-    HG_CHECK(cudaMemcpy2D(q.raw(), hq * d * 2, qkv.raw(), (hq + 2 * hkv) * d * 2, hq * d * 2, rows,
-                          cudaMemcpyDeviceToDevice) == cudaSuccess,
-             "LlamaCuda: cudaMemcpy2D of q failed");
+  StepBuffers b = new_step_buffers(rows);
+  b.positions.copy_from(device_i32(positions));
+  b.slots.copy_from(b.positions);  // a contiguous cache: slot = position
+  b.tokens.copy_from(device_i32(std::vector<std::int32_t>(tokens.begin(), tokens.end())));
+  const std::int64_t context = cache.length + rows;
+  auto attend = [&](std::int64_t l, const Tensor& q, Tensor& o, Tensor&) {
     SharingTree tree;
-    tree.sequences.push_back(Sequence{kNoParent, cache.k[l].slice(0, 0, cache.length + rows),
-                                      cache.v[l].slice(0, 0, cache.length + rows), rows});
+    tree.sequences.push_back(Sequence{kNoParent, cache.k[static_cast<std::size_t>(l)].slice(0, 0, context),
+                                      cache.v[static_cast<std::size_t>(l)].slice(0, 0, context), rows});
     const AttentionState state = tree_attention(tree, q, TreeAttentionOptions{std::nullopt, true, mode});
-    o.copy_from(state.o.reshape({rows, hq * d}).to(DType::bf16));
-    cuda::linear(o, layer.wo, delta);
-    if (layer.bo.defined()) cuda::add_bias(delta, layer.bo);
-    cuda::add_rms_norm(x, delta, layer.mlp_norm, static_cast<float>(config_.rms_norm_eps), h);
-    cuda::linear(h, layer.w_gate_up, gate_up);
-    cuda::silu_mul(gate_up, act);
-    cuda::linear(act, layer.w_down, delta);
-    have_delta = true;
-  }
-  cuda::add_rms_norm(x, delta, final_norm_, static_cast<float>(config_.rms_norm_eps), h);
+    o.copy_from(state.o.to(DType::bf16));
+  };
+  forward_rows(
+      rows, b, [&](std::int64_t l) { return cache.k[static_cast<std::size_t>(l)]; },
+      [&](std::int64_t l) { return cache.v[static_cast<std::size_t>(l)]; }, attend, true, nullptr);
+  HG_CHECK(cudaDeviceSynchronize() == cudaSuccess, "LlamaCuda: the step failed");
   cache.length += rows;
-  const Tensor last = all_positions ? h : h.slice(0, rows - 1, rows);
-  // f32 logits: bf16 rounding (a step of 1/32 at |8|) would tie close greedy candidates.
-  Tensor logits = Tensor::empty({last.size(0), config_.vocab_size}, DType::f32, Device::cuda);
-  cuda::linear(last, lm_head_, logits);
-  return logits;
+  return all_positions ? b.logits : b.logits.slice(0, rows - 1, rows);
 }
 
 Tensor LlamaCuda::logits(std::span<const std::int32_t> tokens, AttentionMode mode) const {

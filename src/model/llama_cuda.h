@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "hydragen/tensor.h"
 #include "model/greedy.h"
 #include "model/model_config.h"
+#include "model/paged_kv.h"
 #include "model/weights.h"
 
 namespace hydragen {
@@ -31,6 +33,28 @@ class LlamaCuda {
   std::vector<std::int32_t> greedy(std::span<const std::int32_t> prompt, std::int64_t new_tokens,
                                    AttentionMode mode = AttentionMode::hydragen,
                                    const TokenCallback& on_token = {}) const;
+
+  // Device buffers of a batched step for up to `rows` rows (inputs i32, activations bf16,
+  // logits f32, attention lse f32).
+  struct StepBuffers {
+    std::int64_t capacity = 0;
+    Tensor tokens, positions, slots;           // i32 [rows]
+    Tensor x, h, qkv, q, o, delta, gate_up, act;
+    Tensor logits;                             // f32 [rows, vocab]
+    Tensor lse;                                // f32 [rows, Hq]
+  };
+  StepBuffers new_step_buffers(std::int64_t rows) const;
+  // attend(layer, q, o, lse): enqueue layer `layer`'s attention of q bf16 [rows, Hq, d] into
+  // o bf16 [rows, Hq, d] (lse f32 [rows, Hq] is scratch it may write).
+  using AttendFn = std::function<void(std::int64_t layer, const Tensor& q, Tensor& o, Tensor& lse)>;
+  // Enqueues on `stream` the forward pass of the first `rows` rows of `b`, whose tokens,
+  // positions and slots are already on the device: each row's K/V goes to its slot of
+  // kv_slots(layer) (k, v bf16 [slots, Hkv, d]); `attend` null skips attention (o = q, the
+  // `none` mode). With `logits`, b.logits' first rows get f32 logits. No allocation and no
+  // host synchronisation: capturable in a CUDA graph.
+  void forward_rows(std::int64_t rows, StepBuffers& b, const std::function<Tensor(std::int64_t)>& k_slots,
+                    const std::function<Tensor(std::int64_t)>& v_slots, const AttendFn& attend, bool logits,
+                    void* stream) const;
 
  private:
   struct Layer {

@@ -263,6 +263,10 @@ void PagedAttentionRunner::upload(const attn::AttentionPlan& plan) {
   HG_CUDA_CHECK(cudaMemcpy(m.counts, counts, sizeof(counts), cudaMemcpyHostToDevice));
 }
 
+int PagedAttentionRunner::launch_variant() const {
+  return (impl_->suffix_decode ? 1 : 0) | (impl_->decode_narrow ? 2 : 0);
+}
+
 void PagedAttentionRunner::poison_states() {
   Impl& m = *impl_;
   HG_CUDA_CHECK(cudaMemset(m.state_o, 0xff, std::max<std::int64_t>(m.capacity.state_entries, 1) * m.head_dim * 4));

@@ -58,6 +58,9 @@ class PagedAttentionRunner {
   // Enqueues the step on `stream` (a cudaStream_t; nullptr = the legacy stream).
   // shared_only: the shared-segment kernel alone (benchmarks time it by itself).
   void run(const PagedAttentionArgs& args, void* stream = nullptr, bool shared_only = false) const;
+  // Which kernels run() launches for the last uploaded plan (the suffix kernel and its width
+  // are chosen per plan): a CUDA graph captured under one variant replays that variant.
+  int launch_variant() const;
   // Fills the partial-state buffers with NaN (tests: every read entry must be written).
   void poison_states();
 

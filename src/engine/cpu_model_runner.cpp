@@ -1,0 +1,94 @@
+// The CPU ModelRunner: Llama::forward_paged over an f32 page pool, sampling on the CPU.
+#include "engine/model_runner.h"
+#include "hydragen/error.h"
+#include "model/llama.h"
+#include "model/model_ops.h"
+
+namespace hydragen::engine {
+
+const char* choice_name(AttentionChoice choice) {
+  switch (choice) {
+    case AttentionChoice::hydragen: return "hydragen";
+    case AttentionChoice::paged: return "paged";
+    case AttentionChoice::dense: return "dense";
+    case AttentionChoice::none: return "none";
+  }
+  return "?";
+}
+
+AttentionChoice parse_choice(const std::string& name) {
+  for (AttentionChoice c : {AttentionChoice::hydragen, AttentionChoice::paged, AttentionChoice::dense,
+                            AttentionChoice::none})
+    if (name == choice_name(c)) return c;
+  fail("unknown attention mode '", name, "': expected hydragen, paged, dense or none");
+}
+
+std::int64_t pages_for_bytes(std::int64_t bytes, int page_size, std::int64_t bytes_per_token) {
+  return std::max<std::int64_t>(1, bytes / (std::int64_t{page_size} * bytes_per_token));
+}
+
+namespace {
+
+class CpuModelRunner final : public ModelRunner {
+ public:
+  CpuModelRunner(const ModelConfig& config, LlamaWeights weights, const RunnerOptions& options)
+      : model_(config, std::move(weights)) {
+    const std::int64_t per_token = PagedKv::bytes_per_token(config, DType::f32);
+    const std::int64_t pages =
+        options.kv_pages > 0
+            ? options.kv_pages
+            : pages_for_bytes(options.kv_memory_bytes > 0 ? options.kv_memory_bytes : std::int64_t{1} << 30,
+                              options.page_size, per_token);
+    kv_ = PagedKv::allocate(config, pages, options.page_size, DType::f32, Device::cpu);
+  }
+
+  const ModelConfig& config() const override { return model_.config(); }
+  int page_size() const override { return kv_.page_size; }
+  std::int64_t kv_pages() const override { return kv_.pages(); }
+  std::int64_t kv_bytes_per_token() const override { return PagedKv::bytes_per_token(config(), DType::f32); }
+  std::string device_name() const override { return "cpu"; }
+  attn::PlanOptions plan_options(AttentionMode mode) const override {
+    attn::PlanOptions options;
+    options.mode = mode;
+    return options;
+  }
+
+  SampledTokens step(const StepRows& rows, const attn::AttentionPlan* plan, const StepSampling* sampling) override {
+    const Tensor logits = model_.forward_paged(rows, plan, kv_, sampling != nullptr);
+    SampledTokens out;
+    if (sampling == nullptr) return out;
+    HG_CHECK(static_cast<std::int64_t>(sampling->params.size()) == rows.size() &&
+                 sampling->steps.size() == sampling->params.size(),
+             "CpuModelRunner::step: one sampling entry per row expected, got ", sampling->params.size(), " for ",
+             rows.size(), " rows");
+    out.tokens.resize(sampling->params.size());
+    out.logprobs.resize(sampling->params.size());
+    sample::sample_rows(logits, sampling->params, sampling->steps, out.tokens, out.logprobs);
+    return out;
+  }
+
+  void copy_slots(std::span<const std::int32_t> src, std::span<const std::int32_t> dst) override {
+    HG_CHECK(src.size() == dst.size(), "copy_slots: ", src.size(), " sources for ", dst.size(), " destinations");
+    const auto count = static_cast<std::int64_t>(src.size());
+    const Tensor src_slots = Tensor::wrap(const_cast<std::int32_t*>(src.data()), {count}, DType::i32);
+    const Tensor dst_slots = Tensor::wrap(const_cast<std::int32_t*>(dst.data()), {count}, DType::i32);
+    for (std::int64_t l = 0; l < kv_.layers(); ++l) {
+      Tensor k = kv_.k_slots(l), v = kv_.v_slots(l);
+      hydragen::copy_slots(src_slots, dst_slots, k);
+      hydragen::copy_slots(src_slots, dst_slots, v);
+    }
+  }
+
+ private:
+  Llama model_;
+  PagedKv kv_;
+};
+
+}  // namespace
+
+std::unique_ptr<ModelRunner> make_cpu_runner(const ModelConfig& config, LlamaWeights weights,
+                                             const RunnerOptions& options) {
+  return std::make_unique<CpuModelRunner>(config, std::move(weights), options);
+}
+
+}  // namespace hydragen::engine

@@ -1,0 +1,305 @@
+// The CUDA ModelRunner: LlamaCuda's bf16 forward pass over a device page pool, attention by
+// the PagedAttentionRunner, sampling on the device. A decode step is captured once per
+// batch-size bucket in a CUDA graph and replayed: its inputs (tokens, positions, slots,
+// sampling rows, the plan) live in fixed device buffers rewritten before each replay, and
+// rows past the batch are padding that write their K/V to a sink page nobody reads.
+#include "engine/model_runner.h"
+#include "hydragen/error.h"
+
+#ifdef HYDRAGEN_WITH_CUDA
+
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/model_ops.h"
+#include "backend/cuda/paged_attention_runner.h"
+#include "backend/cuda/sampling.h"
+#include "model/llama_cuda.h"
+
+namespace hydragen::engine {
+
+namespace {
+
+constexpr std::int64_t kReserveBytes = std::int64_t{3} << 30;  // cuBLAS workspace, plan states, graphs
+constexpr std::int64_t kMinStepRows = 2048;                    // prefill chunks up to this many rows
+
+// Decode batches are padded up to one of these sizes, so a handful of graphs serve every batch.
+std::int64_t bucket_for(std::int64_t rows) {
+  std::int64_t bucket = 8;
+  while (bucket < rows) bucket = bucket < 256 ? bucket * 2 : bucket + 128;
+  return bucket;
+}
+
+template <class T>
+T* pinned(std::int64_t count) {
+  void* p = nullptr;
+  HG_CUDA_CHECK(cudaMallocHost(&p, std::max<std::int64_t>(count, 1) * sizeof(T)));
+  return static_cast<T*>(p);
+}
+
+class CudaModelRunner final : public ModelRunner {
+ public:
+  CudaModelRunner(const ModelConfig& config, const LlamaWeights& weights, const RunnerOptions& options)
+      : model_(config, weights), options_(options) {
+    HG_CHECK(cuda::supported_head_dim(static_cast<int>(config.head_dim)), "the CUDA attention kernels do not ",
+             "support head_dim ", config.head_dim, " (supported: 64, 128)");
+    capacity_ = std::max(options.max_batch, kMinStepRows);
+    capacity_ = bucket_for(capacity_);
+    buffers_ = model_.new_step_buffers(capacity_);
+    HG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    HG_CUDA_CHECK(cudaEventCreate(&start_));
+    HG_CUDA_CHECK(cudaEventCreate(&stop_));
+    host_tokens_ = pinned<std::int32_t>(3 * capacity_);
+    host_params_ = pinned<sample::SamplingParams>(capacity_);
+    host_steps_ = pinned<std::uint64_t>(capacity_);
+    host_out_tokens_ = pinned<std::int32_t>(capacity_);
+    host_out_logprobs_ = pinned<float>(capacity_);
+    HG_CUDA_CHECK(cudaMalloc(&params_, capacity_ * sizeof(sample::SamplingParams)));
+    HG_CUDA_CHECK(cudaMalloc(&steps_, capacity_ * sizeof(std::uint64_t)));
+    HG_CUDA_CHECK(cudaMalloc(&out_tokens_, capacity_ * sizeof(std::int32_t)));
+    HG_CUDA_CHECK(cudaMalloc(&out_logprobs_, capacity_ * sizeof(float)));
+
+    const std::int64_t per_token = kv_bytes_per_token();
+    std::int64_t pages = options.kv_pages;
+    if (pages <= 0) {
+      std::int64_t budget = options.kv_memory_bytes;
+      if (budget <= 0) {
+        std::size_t free_bytes = 0, total = 0;
+        HG_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+        budget = static_cast<std::int64_t>(free_bytes) - kReserveBytes;
+        HG_CHECK(budget > 0, "CUDA: ", free_bytes >> 20, " MiB free after the weights, not enough for a KV pool");
+      }
+      pages = pages_for_bytes(budget, options.page_size, per_token);
+    }
+    // One more page than reported: the sink that padding rows write to.
+    kv_ = PagedKv::allocate(config, pages + 1, options.page_size, DType::bf16, Device::cuda);
+    kv_pages_ = pages;
+  }
+
+  ~CudaModelRunner() override {
+    for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+    cudaFree(params_), cudaFree(steps_), cudaFree(out_tokens_), cudaFree(out_logprobs_);
+    cudaFreeHost(host_tokens_), cudaFreeHost(host_params_), cudaFreeHost(host_steps_);
+    cudaFreeHost(host_out_tokens_), cudaFreeHost(host_out_logprobs_);
+    cudaEventDestroy(start_), cudaEventDestroy(stop_);
+    cudaStreamDestroy(stream_);
+  }
+
+  const ModelConfig& config() const override { return model_.config(); }
+  int page_size() const override { return kv_.page_size; }
+  std::int64_t kv_pages() const override { return kv_pages_; }
+  std::int64_t kv_bytes_per_token() const override { return PagedKv::bytes_per_token(config(), DType::bf16); }
+  std::string device_name() const override {
+    int device = 0;
+    cudaDeviceProp prop{};
+    HG_CUDA_CHECK(cudaGetDevice(&device));
+    HG_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    return prop.name;
+  }
+  attn::PlanOptions plan_options(AttentionMode mode) const override {
+    return cuda::plan_options_for_device(DType::bf16, static_cast<int>(config().head_dim), mode, true);
+  }
+  double last_step_device_seconds() const override { return last_device_seconds_; }
+
+  SampledTokens step(const StepRows& rows, const attn::AttentionPlan* plan, const StepSampling* sampling) override {
+    check_step_rows(rows, config(), kv_);
+    const std::int64_t n = rows.size();
+    HG_CHECK(n <= capacity_, "CudaModelRunner::step: ", n, " rows, the buffers hold ", capacity_);
+    HG_CHECK(plan == nullptr || plan->query_rows == n, "CudaModelRunner::step: the plan has ",
+             plan ? plan->query_rows : 0, " query rows for ", n, " step rows");
+    const bool graphed = sampling != nullptr && options_.cuda_graphs && graphs_ok_;
+    const std::int64_t padded = graphed ? std::min(bucket_for(n), capacity_) : n;
+    stage_inputs(rows, padded, sampling);
+    if (plan != nullptr) upload(*plan);
+
+    HG_CUDA_CHECK(cudaEventRecord(start_, stream_));
+    if (graphed) {
+      const std::pair<std::int64_t, int> key{padded, plan ? attention_->launch_variant() : -1};
+      auto it = graphs_.find(key);
+      if (it == graphs_.end()) it = capture(key, plan != nullptr);
+      if (it != graphs_.end()) HG_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+      else enqueue(padded, plan != nullptr, true);  // capture failed: eager from now on
+    } else {
+      enqueue(n, plan != nullptr, sampling != nullptr);
+    }
+    HG_CUDA_CHECK(cudaEventRecord(stop_, stream_));
+
+    SampledTokens out;
+    if (sampling != nullptr) {
+      HG_CUDA_CHECK(cudaMemcpyAsync(host_out_tokens_, out_tokens_, n * sizeof(std::int32_t), cudaMemcpyDeviceToHost, stream_));
+      HG_CUDA_CHECK(cudaMemcpyAsync(host_out_logprobs_, out_logprobs_, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    }
+    HG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    float ms = 0;
+    HG_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+    last_device_seconds_ = ms * 1e-3;
+    if (sampling != nullptr) {
+      out.tokens.assign(host_out_tokens_, host_out_tokens_ + n);
+      out.logprobs.assign(host_out_logprobs_, host_out_logprobs_ + n);
+    }
+    return out;
+  }
+
+  void copy_slots(std::span<const std::int32_t> src, std::span<const std::int32_t> dst) override {
+    HG_CHECK(src.size() == dst.size(), "copy_slots: ", src.size(), " sources for ", dst.size(), " destinations");
+    if (src.empty()) return;
+    const auto count = static_cast<std::int64_t>(src.size());
+    Tensor src_dev = Tensor::empty({count}, DType::i32, Device::cuda), dst_dev = src_dev.clone();
+    src_dev.copy_from(Tensor::wrap(const_cast<std::int32_t*>(src.data()), {count}, DType::i32));
+    dst_dev.copy_from(Tensor::wrap(const_cast<std::int32_t*>(dst.data()), {count}, DType::i32));
+    for (std::int64_t l = 0; l < kv_.layers(); ++l) {
+      Tensor k = kv_.k_slots(l), v = kv_.v_slots(l);
+      cuda::copy_slots(src_dev, dst_dev, k, stream_);
+      cuda::copy_slots(src_dev, dst_dev, v, stream_);
+    }
+    HG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+ private:
+  using GraphMap = std::map<std::pair<std::int64_t, int>, cudaGraphExec_t>;
+
+  // Rows [0, n) from `rows`, [n, padded) padding: token 0 at position 0 into the sink page.
+  void stage_inputs(const StepRows& rows, std::int64_t padded, const StepSampling* sampling) {
+    const std::int64_t n = rows.size();
+    const auto sink = static_cast<std::int32_t>(kv_pages_ * kv_.page_size);
+    std::int32_t* tokens = host_tokens_;
+    std::int32_t* positions = host_tokens_ + capacity_;
+    std::int32_t* slots = host_tokens_ + 2 * capacity_;
+    for (std::int64_t r = 0; r < padded; ++r) {
+      const bool real = r < n;
+      tokens[r] = real ? rows.tokens[r] : 0;
+      positions[r] = real ? rows.positions[r] : 0;
+      slots[r] = real && rows.slots[r] >= 0 ? rows.slots[r] : sink;
+    }
+    const std::size_t bytes = padded * sizeof(std::int32_t);
+    HG_CUDA_CHECK(cudaMemcpyAsync(buffers_.tokens.raw(), tokens, bytes, cudaMemcpyHostToDevice, stream_));
+    HG_CUDA_CHECK(cudaMemcpyAsync(buffers_.positions.raw(), positions, bytes, cudaMemcpyHostToDevice, stream_));
+    HG_CUDA_CHECK(cudaMemcpyAsync(buffers_.slots.raw(), slots, bytes, cudaMemcpyHostToDevice, stream_));
+    if (sampling == nullptr) return;
+    HG_CHECK(static_cast<std::int64_t>(sampling->params.size()) == n && sampling->steps.size() == sampling->params.size(),
+             "CudaModelRunner::step: one sampling entry per row expected, got ", sampling->params.size(), " for ", n,
+             " rows");
+    for (std::int64_t r = 0; r < padded; ++r) {
+      host_params_[r] = r < n ? sampling->params[r] : sample::SamplingParams{};
+      host_steps_[r] = r < n ? sampling->steps[r] : 0;
+    }
+    HG_CUDA_CHECK(cudaMemcpyAsync(params_, host_params_, padded * sizeof(sample::SamplingParams),
+                                  cudaMemcpyHostToDevice, stream_));
+    HG_CUDA_CHECK(cudaMemcpyAsync(steps_, host_steps_, padded * sizeof(std::uint64_t), cudaMemcpyHostToDevice, stream_));
+  }
+
+  // The plan into the attention runner's buffers; a plan past its capacity makes a larger
+  // runner (and drops the graphs that captured the old one's buffers).
+  void upload(const attn::AttentionPlan& plan) {
+    const cuda::PlanCapacity need = cuda::PlanCapacity::of(plan);
+    auto fits = [&](const cuda::PlanCapacity& c) {
+      return need.pages <= c.pages && need.pieces <= c.pieces && need.rows <= c.rows &&
+             need.shared_items <= c.shared_items && need.suffix_items <= c.suffix_items && need.groups <= c.groups &&
+             need.state_entries <= c.state_entries;
+    };
+    const int tile_rows = plan_options(AttentionMode::hydragen).shared_tile_rows;
+    if (!attention_ || !fits(attention_capacity_)) {
+      auto grow = [](std::int64_t v) { return std::max<std::int64_t>(64, v + v / 2); };
+      const cuda::PlanCapacity old = attention_ ? attention_capacity_ : cuda::PlanCapacity{};
+      attention_capacity_ = old.max({grow(need.pages), grow(need.pieces), grow(need.rows), grow(need.shared_items),
+                                     grow(need.suffix_items), grow(need.groups), grow(need.state_entries)});
+      HG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+      graphs_.clear();
+      attention_ = std::make_unique<cuda::PagedAttentionRunner>(
+          DType::bf16, static_cast<int>(config().head_dim), static_cast<int>(config().num_heads),
+          static_cast<int>(config().num_kv_heads), attention_capacity_, tile_rows);
+    }
+    attention_->upload(plan);
+  }
+
+  void enqueue(std::int64_t rows, bool attend, bool sample) {
+    auto k_slots = [this](std::int64_t l) { return kv_.k_slots(l); };
+    auto v_slots = [this](std::int64_t l) { return kv_.v_slots(l); };
+    LlamaCuda::AttendFn attention;
+    if (attend) {
+      attention = [this](std::int64_t l, const Tensor& q, Tensor& o, Tensor& lse) {
+        cuda::PagedAttentionArgs args;
+        args.q = q.raw();
+        args.k_pool = kv_.k[static_cast<std::size_t>(l)].raw();
+        args.v_pool = kv_.v[static_cast<std::size_t>(l)].raw();
+        args.out = o.raw();
+        args.out_lse = lse.data<float>();
+        args.page_size = kv_.page_size;
+        attention_->run(args, stream_);
+      };
+    }
+    model_.forward_rows(rows, buffers_, k_slots, v_slots, attention, sample, stream_);
+    if (sample)
+      cuda::sample_rows(buffers_.logits.slice(0, 0, rows), params_, steps_, out_tokens_, out_logprobs_, stream_);
+  }
+
+  GraphMap::iterator capture(std::pair<std::int64_t, int> key, bool attend) {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    HG_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    try {
+      enqueue(key.first, attend, true);
+    } catch (...) {
+      cudaStreamEndCapture(stream_, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      throw;
+    }
+    const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+    if (ended != cudaSuccess || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
+      std::fprintf(stderr, "warning: CUDA graph capture failed (%s); decoding without graphs\n",
+                   cudaGetErrorString(ended != cudaSuccess ? ended : cudaGetLastError()));
+      cudaGetLastError();
+      if (graph) cudaGraphDestroy(graph);
+      graphs_ok_ = false;
+      return graphs_.end();
+    }
+    cudaGraphDestroy(graph);
+    return graphs_.emplace(key, exec).first;
+  }
+
+  LlamaCuda model_;
+  RunnerOptions options_;
+  std::int64_t capacity_ = 0, kv_pages_ = 0;
+  LlamaCuda::StepBuffers buffers_;
+  PagedKv kv_;
+  std::unique_ptr<cuda::PagedAttentionRunner> attention_;
+  cuda::PlanCapacity attention_capacity_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+  std::int32_t* host_tokens_ = nullptr;  // tokens, positions, slots: capacity_ each
+  sample::SamplingParams* host_params_ = nullptr;
+  std::uint64_t* host_steps_ = nullptr;
+  std::int32_t* host_out_tokens_ = nullptr;
+  float* host_out_logprobs_ = nullptr;
+  void* params_ = nullptr;
+  std::uint64_t* steps_ = nullptr;
+  std::int32_t* out_tokens_ = nullptr;
+  float* out_logprobs_ = nullptr;
+  GraphMap graphs_;
+  bool graphs_ok_ = true;
+  double last_device_seconds_ = -1;
+};
+
+}  // namespace
+
+std::unique_ptr<ModelRunner> make_cuda_runner(const ModelConfig& config, const LlamaWeights& weights,
+                                              const RunnerOptions& options) {
+  return std::make_unique<CudaModelRunner>(config, weights, options);
+}
+
+}  // namespace hydragen::engine
+
+#else
+
+namespace hydragen::engine {
+std::unique_ptr<ModelRunner> make_cuda_runner(const ModelConfig&, const LlamaWeights&, const RunnerOptions&) {
+  fail("--device cuda: this build has no CUDA backend (configure with -DHYDRAGEN_CUDA=ON)");
+}
+}  // namespace hydragen::engine
+
+#endif

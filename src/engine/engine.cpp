@@ -1,0 +1,376 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <unordered_map>
+
+#include "hydragen/error.h"
+
+namespace hydragen::engine {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+std::int32_t slot_of(const std::vector<std::int32_t>& pages, int first_slot, std::int64_t index, int page_size) {
+  const std::int64_t at = first_slot + index;
+  return static_cast<std::int32_t>(pages[static_cast<std::size_t>(at / page_size)] * page_size + at % page_size);
+}
+
+// A step's PagedLayout under construction: tree nodes become segments on first use, their
+// ancestors before them.
+class LayoutBuilder {
+ public:
+  LayoutBuilder(const kv::RadixTree& tree, const ModelConfig& config, int page_size) : tree_(tree) {
+    layout.page_size = page_size;
+    layout.kv_heads = static_cast<int>(config.num_kv_heads);
+    layout.q_heads = static_cast<int>(config.num_heads);
+    layout.head_dim = static_cast<int>(config.head_dim);
+  }
+  // The segment index of node `id` (kNoParent for the root or no node).
+  int segment(kv::NodeId id) {
+    if (id == kv::kRoot || id < 0) return kNoParent;
+    if (auto it = segment_of_.find(id); it != segment_of_.end()) return it->second;
+    const kv::RadixNode& node = tree_.node(id);
+    attn::PagedLayout::SegmentPages seg;
+    seg.parent = segment(node.parent);
+    seg.tokens = static_cast<std::int64_t>(node.tokens.size());
+    seg.pages = node.pages;
+    seg.first_slot = node.first_slot;
+    layout.segments.push_back(std::move(seg));
+    return segment_of_[id] = static_cast<int>(layout.segments.size()) - 1;
+  }
+  attn::PagedLayout layout;
+
+ private:
+  const kv::RadixTree& tree_;
+  std::unordered_map<kv::NodeId, int> segment_of_;
+};
+
+}  // namespace
+
+// One generation stream. Its prompt's first len-1 tokens live in the tree (shared with every
+// prompt that starts the same way); the last prompt token is its first decode input, so a
+// fully cached prompt still yields the logits of its next token. Its own pages hold that
+// token and what it generates (dense: a copy of the whole prompt first).
+struct Engine::Sequence {
+  std::size_t completion = 0;
+  const GenerationRequest* request = nullptr;
+  sample::SamplingParams params;
+  kv::NodeId leaf = -1;  // the tree node holding prompt[len-2]; -1: reads no tree segment
+  std::int64_t tree_tokens = 0;
+  std::vector<std::int32_t> pages;
+  std::int64_t own_tokens = 0;  // tokens whose K/V is in `pages`
+  std::int32_t next_token = 0;
+  bool dense_copied = false;
+
+  std::int64_t context() const { return (leaf >= 0 ? tree_tokens : 0) + own_tokens; }
+};
+
+Engine::Engine(ModelRunner& runner, EngineOptions options)
+    : runner_(runner), options_(std::move(options)), pool_(runner.kv_pages(), runner.page_size()),
+      tree_(std::make_unique<kv::RadixTree>(pool_)) {
+  HG_CHECK(options_.prefill_chunk_tokens >= 1, "Engine: prefill_chunk_tokens must be >= 1");
+  HG_CHECK(options_.max_running >= 1, "Engine: max_running must be >= 1");
+}
+
+Engine::~Engine() = default;
+
+std::int64_t Engine::running() const { return static_cast<std::int64_t>(running_.size()); }
+std::int64_t Engine::waiting() const { return static_cast<std::int64_t>(waiting_.size()); }
+
+std::size_t Engine::submit(const GenerationRequest& request, int request_index) {
+  const std::size_t first = completions_.size();
+  std::string error;
+  try {
+    const ModelConfig& config = runner_.config();
+    HG_CHECK(!request.prompt.empty(), "the prompt is empty");
+    for (std::size_t i = 0; i < request.prompt.size(); ++i)
+      HG_CHECK(request.prompt[i] >= 0 && request.prompt[i] < config.vocab_size, "prompt token ", i, " (",
+               request.prompt[i], ") is outside the vocabulary [0, ", config.vocab_size, ")");
+    HG_CHECK(request.n >= 1 && request.n <= 1 << 20, "n must be in [1, 1048576], got ", request.n);
+    HG_CHECK(request.max_new_tokens >= 1, "max_new_tokens must be >= 1, got ", request.max_new_tokens);
+    sample::validate(request.sampling);
+    HG_CHECK(request.stop_strings.empty() || options_.detokenize, "stop strings need a tokenizer");
+    for (std::int64_t end : request.segment_ends)
+      HG_CHECK(end > 0 && end <= static_cast<std::int64_t>(request.prompt.size()), "segment end ", end,
+               " is outside the prompt's ", request.prompt.size(), " tokens");
+    const auto prompt = static_cast<std::int64_t>(request.prompt.size());
+    const std::int64_t own = options_.attention == AttentionChoice::dense ? prompt - 1 + request.max_new_tokens
+                                                                          : request.max_new_tokens;
+    const std::int64_t pages = ceil_div(prompt - 1, pool_.page_size()) + ceil_div(own, pool_.page_size());
+    HG_CHECK(pages <= pool_.num_pages(), "the prompt (", prompt, " tokens) and max_new_tokens (",
+             request.max_new_tokens, ") need ", pages, " KV pages, the pool has ", pool_.num_pages());
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  requests_.push_back(request);
+  const GenerationRequest& stored = requests_.back();
+  for (int i = 0; i < std::max(1, request.n); ++i) {
+    Completion c;
+    c.request = request_index;
+    c.sample = i;
+    if (!error.empty()) {
+      c.finish_reason = "error";
+      c.error = error;
+    }
+    completions_.push_back(std::move(c));
+    if (!error.empty()) continue;
+    auto seq = std::make_unique<Sequence>();
+    seq->completion = completions_.size() - 1;
+    seq->request = &stored;
+    seq->params = stored.sampling;
+    seq->params.seed = stored.sampling.seed + static_cast<std::uint64_t>(i);
+    seq->tree_tokens = static_cast<std::int64_t>(stored.prompt.size()) - 1;
+    seq->next_token = stored.prompt.back();
+    waiting_.push_back(std::move(seq));
+  }
+  return first;
+}
+
+bool Engine::try_admit(Sequence& seq) {
+  std::vector<kv::NodeId> path;
+  const std::span<const std::int32_t> prompt(seq.request->prompt);
+  for (std::int64_t end : seq.request->segment_ends)  // pinned boundaries: their prefixes first
+    if (end > 0 && end < seq.tree_tokens && !tree_->insert(prompt.first(static_cast<std::size_t>(end))))
+      return false;
+  if (seq.tree_tokens > 0) {
+    auto inserted = tree_->insert(std::span(seq.request->prompt).first(static_cast<std::size_t>(seq.tree_tokens)));
+    if (!inserted) return false;
+    path = std::move(*inserted);
+    tree_->lock(path);
+  }
+  const bool dense = options_.attention == AttentionChoice::dense;
+  const std::int64_t own = (dense ? seq.tree_tokens : 0) + seq.request->max_new_tokens;
+  const std::int64_t pages = ceil_div(own, pool_.page_size());
+  auto allocated = pool_.allocate(pages);
+  if (!allocated && tree_->make_room(pages)) allocated = pool_.allocate(pages);
+  if (!allocated) {
+    if (!path.empty()) tree_->unlock(path);
+    return false;
+  }
+  seq.pages = std::move(*allocated);
+  seq.leaf = path.empty() ? -1 : path.back();
+  return true;
+}
+
+std::int64_t Engine::admit_and_prefill() {
+  std::vector<Sequence*> admitted;
+  while (!waiting_.empty() && running() < options_.max_running) {
+    Sequence& seq = *waiting_.front();
+    if (!try_admit(seq)) {
+      if (!running_.empty() || !admitted.empty()) break;  // waits for pages to come back
+      // Nothing else holds pages, so it never fits: it fails alone.
+      Completion& c = completions_[seq.completion];
+      c.finish_reason = "error";
+      c.error = "the prompt and max_new_tokens do not fit in the KV pool";
+      waiting_.erase(waiting_.begin());
+      continue;
+    }
+    admitted.push_back(&seq);
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.erase(waiting_.begin());
+  }
+  // New segments on the admitted paths, parents before children.
+  std::vector<kv::NodeId> unfilled;
+  for (const Sequence* seq : admitted)
+    if (seq->leaf >= 0)
+      for (kv::NodeId id : tree_->path_to(seq->leaf))
+        if (!tree_->node(id).filled && std::find(unfilled.begin(), unfilled.end(), id) == unfilled.end())
+          unfilled.push_back(id);
+  if (!unfilled.empty()) {
+    const auto start = Clock::now();
+    prefill(unfilled);
+    stats_.prefill_seconds += seconds_since(start);
+  }
+  if (options_.attention == AttentionChoice::dense) {  // each sequence takes its own copy of its prompt
+    std::vector<std::int32_t> src, dst;
+    for (Sequence* seq : admitted) {
+      if (seq->leaf < 0) continue;
+      std::int64_t at = 0;
+      for (kv::NodeId id : tree_->path_to(seq->leaf)) {
+        const kv::RadixNode& node = tree_->node(id);
+        for (std::size_t i = 0; i < node.tokens.size(); ++i, ++at) {
+          src.push_back(slot_of(node.pages, node.first_slot, static_cast<std::int64_t>(i), pool_.page_size()));
+          dst.push_back(slot_of(seq->pages, 0, at, pool_.page_size()));
+        }
+      }
+      tree_->unlock(tree_->path_to(seq->leaf));
+      seq->leaf = -1;
+      seq->own_tokens = seq->tree_tokens;
+      seq->dense_copied = true;
+    }
+    if (!src.empty()) runner_.copy_slots(src, dst);
+  }
+  stats_.peak_running = std::max(stats_.peak_running, running());
+  stats_.peak_kv_pages = std::max(stats_.peak_kv_pages, pool_.peak_used_pages());
+  return running();
+}
+
+// Prefills `nodes` (unfilled, parents listed before children) in waves: a wave is every
+// node whose parent is filled; a step takes the next chunk of each node of the wave, as one
+// pseudo-sequence per node whose suffix is the node itself, under its filled ancestors.
+void Engine::prefill(const std::vector<kv::NodeId>& nodes) {
+  const int ps = pool_.page_size();
+  std::vector<kv::NodeId> pending = nodes;
+  std::unordered_map<kv::NodeId, std::int64_t> done;  // tokens of each node prefilled so far
+  while (!pending.empty()) {
+    std::vector<kv::NodeId> wave;
+    for (kv::NodeId id : pending) {
+      const kv::NodeId parent = tree_->node(id).parent;
+      if (parent == kv::kRoot || tree_->node(parent).filled) wave.push_back(id);
+    }
+    HG_CHECK(!wave.empty(), "Engine::prefill: no node of the batch has a filled parent");
+    while (!wave.empty()) {
+      LayoutBuilder builder(*tree_, runner_.config(), ps);
+      StepRows rows;
+      std::vector<kv::NodeId> finished;
+      for (kv::NodeId id : wave) {
+        if (rows.size() >= options_.prefill_chunk_tokens) break;
+        const kv::RadixNode& node = tree_->node(id);
+        const std::int64_t begin = done[id];
+        const std::int64_t len = std::min<std::int64_t>(static_cast<std::int64_t>(node.tokens.size()) - begin,
+                                                        options_.prefill_chunk_tokens - rows.size());
+        const int parent = builder.segment(node.parent);
+        // The node's own pages, as the pseudo-sequence's suffix: the tokens so far and this chunk.
+        attn::PagedLayout::SequencePages seq;
+        seq.parent = parent;
+        seq.suffix_tokens = begin + len;
+        seq.first_slot = node.first_slot;
+        seq.pages.assign(node.pages.begin(), node.pages.begin() + ceil_div(node.first_slot + begin + len, ps));
+        seq.query_tokens = static_cast<int>(len);
+        builder.layout.sequences.push_back(std::move(seq));
+        for (std::int64_t i = begin; i < begin + len; ++i) {
+          rows.tokens.push_back(node.tokens[static_cast<std::size_t>(i)]);
+          rows.positions.push_back(static_cast<std::int32_t>(node.depth_tokens + i));
+          rows.slots.push_back(slot_of(node.pages, node.first_slot, i, ps));
+        }
+        if ((done[id] = begin + len) == static_cast<std::int64_t>(node.tokens.size())) finished.push_back(id);
+      }
+      std::optional<attn::AttentionPlan> plan;
+      if (options_.attention != AttentionChoice::none)
+        plan = attn::build_attention_plan(builder.layout, runner_.plan_options(AttentionMode::hydragen));
+      runner_.step(rows, plan ? &*plan : nullptr, nullptr);
+      stats_.prefill_tokens += rows.size();
+      for (kv::NodeId id : finished) {
+        tree_->set_filled(id);
+        wave.erase(std::find(wave.begin(), wave.end(), id));
+        pending.erase(std::find(pending.begin(), pending.end(), id));
+      }
+    }
+  }
+}
+
+attn::PagedLayout Engine::decode_layout() const {
+  const int ps = pool_.page_size();
+  LayoutBuilder builder(*tree_, runner_.config(), ps);
+  for (const auto& seq : running_) {
+    attn::PagedLayout::SequencePages pages;
+    pages.parent = builder.segment(seq->leaf);
+    pages.suffix_tokens = seq->own_tokens + 1;
+    pages.pages.assign(seq->pages.begin(), seq->pages.begin() + ceil_div(pages.suffix_tokens, ps));
+    pages.query_tokens = 1;
+    builder.layout.sequences.push_back(std::move(pages));
+  }
+  return std::move(builder.layout);
+}
+
+bool Engine::decode_step() {
+  if (running_.empty()) return false;
+  const auto start = Clock::now();
+  const int ps = pool_.page_size();
+  const attn::PagedLayout layout = decode_layout();
+  StepRows rows;
+  StepSampling sampling;
+  std::int64_t stored = 0, per_sequence = 0;
+  for (const attn::PagedLayout::SegmentPages& seg : layout.segments) stored += seg.tokens;
+  for (const auto& seq : running_) {
+    rows.tokens.push_back(seq->next_token);
+    rows.positions.push_back(static_cast<std::int32_t>(seq->context()));
+    rows.slots.push_back(slot_of(seq->pages, 0, seq->own_tokens, ps));
+    sampling.params.push_back(seq->params);
+    sampling.steps.push_back(completions_[seq->completion].tokens.size());
+    stored += seq->own_tokens + 1;
+    per_sequence += seq->context() + 1;
+  }
+  if (per_sequence > stats_.per_sequence_tokens) stats_.stored_tokens = stored, stats_.per_sequence_tokens = per_sequence;
+
+  std::optional<attn::AttentionPlan> plan;
+  if (options_.attention != AttentionChoice::none) {
+    const AttentionMode mode = options_.attention == AttentionChoice::hydragen ? AttentionMode::hydragen
+                               : options_.attention == AttentionChoice::paged  ? AttentionMode::paged
+                                                                                : AttentionMode::dense;
+    plan = attn::build_attention_plan(layout, runner_.plan_options(mode));
+  }
+  const SampledTokens out = runner_.step(rows, plan ? &*plan : nullptr, &sampling);
+
+  std::vector<std::unique_ptr<Sequence>> still;
+  for (std::size_t i = 0; i < running_.size(); ++i) {
+    Sequence& seq = *running_[i];
+    Completion& c = completions_[seq.completion];
+    seq.own_tokens += 1;
+    c.tokens.push_back(out.tokens[i]);
+    c.logprobs.push_back(out.logprobs[i]);
+    if (options_.on_token) options_.on_token(seq.completion, out.tokens[i]);
+    const auto& stops = seq.request->stop_token_ids;
+    if (std::find(stops.begin(), stops.end(), out.tokens[i]) != stops.end() || hit_stop_string(seq)) {
+      finish(seq, "stop");
+    } else if (static_cast<std::int64_t>(c.tokens.size()) >= seq.request->max_new_tokens) {
+      finish(seq, "length");
+    } else {
+      seq.next_token = out.tokens[i];
+      still.push_back(std::move(running_[i]));
+    }
+  }
+  running_ = std::move(still);
+  stats_.decode_tokens += static_cast<std::int64_t>(out.tokens.size());
+  stats_.decode_steps += 1;
+  stats_.decode_seconds += seconds_since(start);
+  return true;
+}
+
+bool Engine::hit_stop_string(const Sequence& seq) const {
+  if (seq.request->stop_strings.empty()) return false;
+  const std::string text = options_.detokenize(completions_[seq.completion].tokens);
+  for (const std::string& stop : seq.request->stop_strings)
+    if (!stop.empty() && text.find(stop) != std::string::npos) return true;
+  return false;
+}
+
+void Engine::finish(Sequence& seq, const char* reason) {
+  completions_[seq.completion].finish_reason = reason;
+  pool_.release(seq.pages);
+  seq.pages.clear();
+  if (seq.leaf >= 0) tree_->unlock(tree_->path_to(seq.leaf));
+  seq.leaf = -1;
+}
+
+void Engine::skip_suffix_tokens(std::int64_t tokens) {
+  for (const auto& seq : running_) {
+    Completion& c = completions_[seq->completion];
+    HG_CHECK(static_cast<std::int64_t>(c.tokens.size()) + tokens < seq->request->max_new_tokens,
+             "Engine::skip_suffix_tokens: ", tokens, " more tokens pass max_new_tokens");
+    seq->own_tokens += tokens;
+    c.tokens.insert(c.tokens.end(), static_cast<std::size_t>(tokens), seq->next_token);
+    c.logprobs.insert(c.logprobs.end(), static_cast<std::size_t>(tokens), 0.f);
+  }
+}
+
+std::vector<Completion> Engine::generate(std::span<const GenerationRequest> requests) {
+  const std::size_t first = completions_.size();
+  for (std::size_t r = 0; r < requests.size(); ++r) submit(requests[r], static_cast<int>(r));
+  while (true) {
+    admit_and_prefill();
+    if (running_.empty() && waiting_.empty()) break;
+    decode_step();
+  }
+  return {completions_.begin() + static_cast<std::ptrdiff_t>(first), completions_.end()};
+}
+
+}  // namespace hydragen::engine

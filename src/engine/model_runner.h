@@ -1,0 +1,75 @@
+// ModelRunner: the engine's one door to a model on a device. A step takes rows (new tokens,
+// their positions and K/V slots), the attention plan over the runner's page pool, and, for a
+// decode step, one sampling row per sequence; it returns the sampled tokens. The CPU runner
+// is the Llama fp32 forward pass with the plan executed by cpu::run_attention_plan; the CUDA
+// runner is its bf16 twin with CUDA graphs (engine/cuda_model_runner.cpp).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "attn/paged_plan.h"
+#include "model/model_config.h"
+#include "model/paged_kv.h"
+#include "model/weights.h"
+#include "sample/sampling.h"
+
+namespace hydragen::engine {
+
+// How a step reads K/V: the three attention modes, plus `none` (attention skipped, the
+// projections kept: the throughput ceiling the paper compares against).
+enum class AttentionChoice { hydragen, paged, dense, none };
+const char* choice_name(AttentionChoice choice);
+AttentionChoice parse_choice(const std::string& name);  // throws naming the accepted values
+
+struct RunnerOptions {
+  int page_size = 64;
+  std::int64_t kv_pages = 0;         // 0: from kv_memory_bytes
+  std::int64_t kv_memory_bytes = 0;  // 0: the device's free memory after weights, less a reserve (CUDA); 1 GiB (CPU)
+  std::int64_t max_batch = 1024;     // decode rows a step may hold (CUDA graph buckets up to it)
+  bool cuda_graphs = true;
+};
+
+// A decode step's sampling: params and the generation step of each row (the random stream).
+struct StepSampling {
+  std::vector<sample::SamplingParams> params;
+  std::vector<std::uint64_t> steps;
+};
+struct SampledTokens {
+  std::vector<std::int32_t> tokens;
+  std::vector<float> logprobs;
+};
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual int page_size() const = 0;
+  virtual std::int64_t kv_pages() const = 0;
+  virtual std::int64_t kv_bytes_per_token() const = 0;
+  virtual std::string device_name() const = 0;
+  // Plan options the device's kernels want (split-KV slots, tile rows).
+  virtual attn::PlanOptions plan_options(AttentionMode mode) const = 0;
+  // Runs one step. plan == nullptr: attention skipped (`none`). With `sampling` (one entry
+  // per row) returns one sampled token per row; without, only writes K/V (prefill).
+  virtual SampledTokens step(const StepRows& rows, const attn::AttentionPlan* plan, const StepSampling* sampling) = 0;
+  // K/V of slot src[i] copied to slot dst[i] in every layer (the dense mode's own copies).
+  virtual void copy_slots(std::span<const std::int32_t> src, std::span<const std::int32_t> dst) = 0;
+  // Seconds of device time of the last step when the runner can tell (CUDA events), else -1.
+  virtual double last_step_device_seconds() const { return -1; }
+};
+
+// The fp32 CPU runner over `weights` (f32 CPU tensors).
+std::unique_ptr<ModelRunner> make_cpu_runner(const ModelConfig& config, LlamaWeights weights,
+                                             const RunnerOptions& options);
+// The bf16 CUDA runner (weights of any float dtype, CPU or device). Throws in builds without CUDA.
+std::unique_ptr<ModelRunner> make_cuda_runner(const ModelConfig& config, const LlamaWeights& weights,
+                                              const RunnerOptions& options);
+
+// Pages for a memory budget: budget / (page_size tokens x bytes per token), at least 1.
+std::int64_t pages_for_bytes(std::int64_t bytes, int page_size, std::int64_t bytes_per_token);
+
+}  // namespace hydragen::engine

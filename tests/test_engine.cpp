@@ -1,0 +1,282 @@
+// The engine on the CPU: greedy equal to transformers in every mode, batched generation equal
+// to independent runs, automatic sharing of forests and multi-level trees (counted exactly),
+// waiting when memory is short, malformed requests failing alone, stops, seeds, chunked
+// prefill and pinned segment boundaries.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "engine_test_util.h"
+
+namespace hydragen {
+namespace {
+
+using engine::AttentionChoice;
+using engine::Completion;
+using engine::GenerationRequest;
+
+std::unique_ptr<engine::ModelRunner> cpu_runner(const test::FixtureModel& m, std::int64_t pages = 256,
+                                                int page_size = 16) {
+  engine::RunnerOptions options;
+  options.kv_pages = pages;
+  options.page_size = page_size;
+  return engine::make_cpu_runner(m.config, m.weights, options);
+}
+
+engine::EngineOptions with(AttentionChoice attention) {
+  engine::EngineOptions o;
+  o.attention = attention;
+  return o;
+}
+
+std::vector<std::int32_t> reference_prompt(const test::FixtureModel& m, int index) {
+  return m.reference["prompts"][index].get<std::vector<std::int32_t>>();
+}
+
+TEST(EngineReference, GreedyEqualsTransformersInEveryModeBatchedTogether) {
+  for (const char* variant : {"tiny-llama", "tiny-llama-d64", "tiny-qwen2", "tiny-llama31"}) {
+    const test::FixtureModel m = test::load_fixture_model(variant);
+    std::vector<GenerationRequest> requests;
+    std::vector<std::vector<std::int32_t>> expected;
+    for (const auto& g : m.reference["greedy"]) {
+      requests.push_back(test::greedy_request(reference_prompt(m, g["prompt_index"].get<int>()), 32));
+      expected.push_back(g["tokens"].get<std::vector<std::int32_t>>());
+    }
+    for (AttentionChoice mode : {AttentionChoice::hydragen, AttentionChoice::paged, AttentionChoice::dense}) {
+      auto runner = cpu_runner(m);
+      const std::vector<Completion> out = test::run_engine(*runner, requests, with(mode));
+      ASSERT_EQ(out.size(), expected.size());
+      for (std::size_t i = 0; i < out.size(); ++i) {
+        EXPECT_EQ(out[i].tokens, expected[i]) << variant << " " << engine::choice_name(mode) << " prompt " << i;
+        EXPECT_EQ(out[i].finish_reason, "length");
+        EXPECT_EQ(out[i].logprobs.size(), out[i].tokens.size());
+      }
+    }
+  }
+}
+
+// 64 sequences under one 150-token prompt prefix, each with its own tail (some tails equal,
+// some empty), decoded as one batch == each decoded alone in a fresh engine.
+TEST(Engine, SixtyFourSharingAPromptEqualIndependentRuns) {
+  const test::FixtureModel m = test::load_fixture_model("tiny-llama");
+  std::mt19937 rng(7);
+  const std::vector<std::int32_t> shared = test::random_tokens(rng, 150, 512);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 64; ++i) {
+    std::vector<std::int32_t> prompt = shared;
+    const std::vector<std::int32_t> tail = test::random_tokens(rng, i % 5 == 0 ? 0 : 1 + i % 23, 512);
+    prompt.insert(prompt.end(), tail.begin(), tail.end());
+    if (i % 7 == 3) prompt = requests[static_cast<std::size_t>(i - 1)].prompt;  // an identical prompt
+    requests.push_back(test::greedy_request(prompt, 12));
+  }
+  std::vector<std::vector<std::int32_t>> alone;
+  for (const GenerationRequest& r : requests) {
+    auto runner = cpu_runner(m);
+    alone.push_back(test::run_engine(*runner, {r}).at(0).tokens);
+  }
+  for (AttentionChoice mode : {AttentionChoice::hydragen, AttentionChoice::paged, AttentionChoice::dense}) {
+    auto runner = cpu_runner(m, 1024);
+    const std::vector<Completion> out = test::run_engine(*runner, requests, with(mode));
+    for (std::size_t i = 0; i < out.size(); ++i)
+      EXPECT_EQ(out[i].tokens, alone[i]) << engine::choice_name(mode) << " sequence " << i;
+  }
+}
+
+// Trie size of the prompts' first len-1 tokens: what the radix tree must store once.
+std::int64_t distinct_prefix_tokens(const std::vector<GenerationRequest>& requests) {
+  std::set<std::vector<std::int32_t>> prefixes;
+  for (const GenerationRequest& r : requests)
+    for (std::size_t len = 1; len < r.prompt.size(); ++len)
+      prefixes.insert(std::vector<std::int32_t>(r.prompt.begin(), r.prompt.begin() + static_cast<std::ptrdiff_t>(len)));
+  return static_cast<std::int64_t>(prefixes.size());
+}
+
+// A forest: two roots; under root A two second-level segments each with several samples and
+// tails; an unrelated prompt. Every shared prefix is found without being told, the store
+// holds each distinct token once, and the tokens equal independent runs.
+TEST(Engine, FindsForestsAndMultiLevelTreesAndStoresEachTokenOnce) {
+  const test::FixtureModel m = test::load_fixture_model("tiny-llama-d64");
+  std::mt19937 rng(11);
+  const auto root_a = test::random_tokens(rng, 70, 512), root_b = test::random_tokens(rng, 33, 512);
+  const auto level2_x = test::random_tokens(rng, 40, 512), level2_y = test::random_tokens(rng, 17, 512);
+  std::vector<GenerationRequest> requests;
+  auto add = [&](std::vector<std::vector<std::int32_t>> parts, int n) {
+    std::vector<std::int32_t> prompt;
+    for (const auto& p : parts) prompt.insert(prompt.end(), p.begin(), p.end());
+    GenerationRequest r = test::greedy_request(prompt, 6, n);
+    r.sampling.temperature = 0.7f;
+    r.sampling.seed = 100 + requests.size();
+    requests.push_back(r);
+  };
+  for (int i = 0; i < 3; ++i) add({root_a, level2_x, test::random_tokens(rng, 5 + i, 512)}, 2);
+  for (int i = 0; i < 2; ++i) add({root_a, level2_y, test::random_tokens(rng, 9, 512)}, 3);
+  add({root_b, test::random_tokens(rng, 4, 512)}, 2);
+  add({test::random_tokens(rng, 12, 512)}, 1);
+
+  std::vector<std::vector<std::int32_t>> alone;
+  for (const GenerationRequest& r : requests) {
+    auto runner = cpu_runner(m);
+    for (const Completion& c : test::run_engine(*runner, {r})) alone.push_back(c.tokens);
+  }
+  auto runner = cpu_runner(m);
+  engine::Engine engine(*runner, with(AttentionChoice::hydragen));
+  const std::vector<Completion> out = engine.generate(requests);
+  ASSERT_EQ(out.size(), alone.size());
+  for (std::size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i].tokens, alone[i]) << "completion " << i;
+
+  std::int64_t sequences = 0, per_sequence = 0;
+  for (const GenerationRequest& r : requests) {
+    sequences += r.n;
+    per_sequence += r.n * (static_cast<std::int64_t>(r.prompt.size()) - 1 + r.max_new_tokens);
+  }
+  // At the last step every sequence holds its last prompt token and 5 generated tokens.
+  EXPECT_EQ(engine.stats().stored_tokens, distinct_prefix_tokens(requests) + sequences * 6);
+  EXPECT_EQ(engine.stats().per_sequence_tokens, per_sequence);
+  EXPECT_EQ(engine.stats().decode_steps, 6);
+  EXPECT_EQ(engine.stats().prefill_tokens, distinct_prefix_tokens(requests));
+}
+
+TEST(Engine, SequencesWaitWhenMemoryIsShortAndNothingIsLost) {
+  const test::FixtureModel m = test::load_fixture_model("tiny-llama");
+  std::mt19937 rng(3);
+  const auto shared = test::random_tokens(rng, 40, 512);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 10; ++i) {
+    auto prompt = shared;
+    const auto tail = test::random_tokens(rng, 3 + i, 512);
+    prompt.insert(prompt.end(), tail.begin(), tail.end());
+    requests.push_back(test::greedy_request(prompt, 20));
+  }
+  auto big = cpu_runner(m, 512);
+  const auto expected = test::run_engine(*big, requests);
+  for (AttentionChoice mode : {AttentionChoice::hydragen, AttentionChoice::dense}) {
+    // 12 pages of 16 tokens: the shared prompt (3 pages) and a few sequences at a time.
+    auto small = cpu_runner(m, 12);
+    engine::Engine engine(*small, with(mode));
+    const auto out = engine.generate(requests);
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      EXPECT_EQ(out[i].error, "") << i;
+      EXPECT_EQ(out[i].tokens, expected[i].tokens) << engine::choice_name(mode) << " sequence " << i;
+    }
+    EXPECT_LT(engine.stats().peak_running, 10) << "the small pool should have made sequences wait";
+    EXPECT_LE(engine.pool().peak_used_pages(), 12);
+    EXPECT_EQ(engine.running(), 0);
+  }
+}
+
+TEST(Engine, MalformedRequestsFailAloneWithTheirReason) {
+  const test::FixtureModel m = test::load_fixture_model("tiny-llama");
+  const std::vector<std::int32_t> good = reference_prompt(m, 1);
+  std::vector<GenerationRequest> requests{test::greedy_request(good, 8)};
+  requests.push_back(test::greedy_request({1, 2, 600}, 8));   // token outside the vocabulary
+  requests.push_back(test::greedy_request({}, 8));             // empty prompt
+  requests.push_back(test::greedy_request(good, 0));           // nothing to generate
+  GenerationRequest bad_sampling = test::greedy_request(good, 8);
+  bad_sampling.sampling.top_p = 0.f;
+  requests.push_back(bad_sampling);
+  requests.push_back(test::greedy_request(good, 100000));      // never fits the pool
+  requests.push_back(test::greedy_request(good, 8));
+  auto runner = cpu_runner(m, 64);
+  const auto out = test::run_engine(*runner, requests);
+  ASSERT_EQ(out.size(), requests.size());
+  const auto expected = m.reference["greedy"][0]["tokens"].get<std::vector<std::int32_t>>();
+  const std::vector<std::int32_t> first8(expected.begin(), expected.begin() + 8);
+  EXPECT_EQ(out[0].tokens, first8);
+  EXPECT_EQ(out[6].tokens, first8);
+  const char* reasons[] = {"outside the vocabulary", "prompt is empty", "max_new_tokens", "top_p", "KV pages"};
+  for (int i = 1; i <= 5; ++i) {
+    EXPECT_EQ(out[i].finish_reason, "error") << i;
+    EXPECT_NE(out[i].error.find(reasons[i - 1]), std::string::npos) << i << ": " << out[i].error;
+    EXPECT_TRUE(out[i].tokens.empty());
+  }
+}
+
+TEST(Engine, StopsAtStopTokensAndStringsAndLength) {
+  const test::FixtureModel m = test::load_fixture_model("tiny-llama");
+  const auto expected = m.reference["greedy"][0]["tokens"].get<std::vector<std::int32_t>>();
+  GenerationRequest r = test::greedy_request(reference_prompt(m, 1), 32);
+  r.stop_token_ids = {expected[4]};
+  GenerationRequest by_string = test::greedy_request(reference_prompt(m, 1), 32);
+  by_string.stop_strings = {"<" + std::to_string(expected[2]) + ">"};
+  engine::EngineOptions options;
+  options.detokenize = [](std::span<const std::int32_t> ids) {
+    std::string text;
+    for (std::int32_t id : ids) text += "<" + std::to_string(id) + ">";
+    return text;
+  };
+  auto runner = cpu_runner(m);
+  const auto out = test::run_engine(*runner, {r, by_string, test::greedy_request(reference_prompt(m, 1), 3)}, options);
+  EXPECT_EQ(out[0].finish_reason, "stop");
+  // The first occurrence of the stop token ends it (the token is kept, as EOS is).
+  const auto first = std::find(expected.begin(), expected.end(), expected[4]) - expected.begin();
+  EXPECT_EQ(out[0].tokens, std::vector<std::int32_t>(expected.begin(), expected.begin() + first + 1));
+  EXPECT_EQ(out[1].finish_reason, "stop");
+  EXPECT_EQ(out[1].tokens.size(), static_cast<std::size_t>(std::find(expected.begin(), expected.end(), expected[2]) -
+                                                            expected.begin() + 1));
+  EXPECT_EQ(out[2].finish_reason, "length");
+  EXPECT_EQ(out[2].tokens.size(), 3u);
+}
+
+TEST(Engine, SameSeedSameTokensAndSampleIUsesSeedPlusI) {
+  const test::FixtureModel m = test::load_fixture_model("tiny-llama");
+  GenerationRequest r = test::greedy_request(reference_prompt(m, 2), 16, 4);
+  r.sampling = {0.9f, 40, 0.95f, 0.01f, 10};
+  auto runner = cpu_runner(m);
+  const auto a = test::run_engine(*runner, {r});
+  const auto b = test::run_engine(*runner, {r});
+  GenerationRequest one = r;
+  one.n = 1;
+  one.sampling.seed = 12;
+  const auto c = test::run_engine(*runner, {one});
+  std::set<std::vector<std::int32_t>> distinct;
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(a[i].tokens, b[i].tokens) << i;
+    distinct.insert(a[i].tokens);
+  }
+  EXPECT_EQ(a[2].tokens, c[0].tokens);
+  EXPECT_GT(distinct.size(), 1u) << "four seeds gave identical samples";
+}
+
+TEST(Engine, ChunkedPrefillPinnedSegmentsAndPageSizesGiveTheSameTokens) {
+  const test::FixtureModel m = test::load_fixture_model("tiny-llama-d64");
+  std::mt19937 rng(5);
+  std::vector<GenerationRequest> requests;
+  const auto system = test::random_tokens(rng, 45, 512);
+  for (int i = 0; i < 5; ++i) {
+    auto prompt = system;
+    const auto q = test::random_tokens(rng, 20 + 7 * i, 512);
+    prompt.insert(prompt.end(), q.begin(), q.end());
+    requests.push_back(test::greedy_request(prompt, 10, 1 + i % 2));
+  }
+  auto runner = cpu_runner(m);
+  const auto expected = test::run_engine(*runner, requests);
+  engine::EngineOptions chunked;
+  chunked.prefill_chunk_tokens = 7;
+  EXPECT_EQ(test::run_engine(*runner, requests, chunked).at(3).tokens, expected[3].tokens);
+  auto pinned = requests;
+  for (auto& r : pinned) r.segment_ends = {10, 45};
+  const auto out_pinned = test::run_engine(*runner, pinned);
+  for (int page_size : {16, 64}) {
+    auto other = cpu_runner(m, 128, page_size);
+    const auto out = test::run_engine(*other, requests, chunked);
+    for (std::size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i].tokens, expected[i].tokens) << page_size << " " << i;
+  }
+  for (std::size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(out_pinned[i].tokens, expected[i].tokens) << i;
+}
+
+TEST(Engine, NoneModeKeepsTheProjectionsAndRuns) {
+  const test::FixtureModel m = test::load_fixture_model("tiny-llama");
+  auto runner = cpu_runner(m);
+  const auto out = test::run_engine(*runner, {test::greedy_request(reference_prompt(m, 1), 8, 3)}, with(AttentionChoice::none));
+  ASSERT_EQ(out.size(), 3u);
+  for (const Completion& c : out) {
+    EXPECT_EQ(c.tokens.size(), 8u);
+    EXPECT_EQ(c.tokens, out[0].tokens);
+  }
+  const auto expected = m.reference["greedy"][0]["tokens"].get<std::vector<std::int32_t>>();
+  EXPECT_NE(out[0].tokens, std::vector<std::int32_t>(expected.begin(), expected.begin() + 8))
+      << "without attention the tokens should differ from the model's";
+}
+
+}  // namespace
+}  // namespace hydragen

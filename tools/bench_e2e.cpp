@@ -1,0 +1,247 @@
+// `hydragen bench e2e`: the paper's end-to-end protocol. For each model preset, batch and
+// prefix: B sequences share one prompt of `prefix` random tokens; each generates
+// `new_tokens` tokens (temperature 1, a seed per sequence). Decode throughput excludes the
+// prefill and a warm-up step (the one that captures the CUDA graph). A point whose step is
+// slow (paged/dense at long prefixes) is timed on a sample of steps spread over the suffix
+// lengths and marked "sampled"; the rest run every step.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <random>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "bench_report.h"
+#include "build_info.h"
+#include "cli_parse.h"
+#include "engine/engine.h"
+#include "hydragen/error.h"
+#include "model/presets.h"
+#include "model/weights.h"
+#ifdef HYDRAGEN_WITH_CUDA
+#include "backend/cuda/cuda_bench.h"
+#endif
+
+namespace hydragen::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct E2eOptions {
+  std::string device = "cuda";
+  std::string presets = "codellama-13b";
+  std::string batch = "32,128,512,1024";
+  std::string prefix = "1K,2K,4K,8K,16K";
+  std::string modes = "hydragen,paged,dense,none";
+  std::int64_t new_tokens = 128;
+  std::string steps = "auto";       // full | sampled | auto
+  double full_seconds = 20;         // auto: run every step when that takes less than this
+  int sample_points = 5;            // sampled: steps timed, spread over the suffix lengths
+  std::string json_path;
+  std::string kv_memory;            // CPU: pool size; CUDA: free memory after weights
+  std::uint64_t seed = 1;
+};
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// One timed decode step (wall clock: plan, upload, forward, sampling, tokens back).
+double timed_step(engine::Engine& engine) {
+  const auto start = Clock::now();
+  engine.decode_step();
+  return seconds_since(start);
+}
+
+// Mean of a piecewise-linear step time over suffix lengths [first, last], from samples
+// (length, seconds) sorted by length.
+double mean_step_seconds(const std::vector<std::pair<std::int64_t, double>>& samples, std::int64_t first,
+                         std::int64_t last) {
+  double total = 0;
+  for (std::int64_t len = first; len <= last; ++len) {
+    auto hi = std::lower_bound(samples.begin(), samples.end(), len,
+                               [](const auto& s, std::int64_t l) { return s.first < l; });
+    if (hi == samples.end()) total += samples.back().second;
+    else if (hi == samples.begin() || hi->first == len) total += hi->second;
+    else {
+      const auto lo = hi - 1;
+      const double f = double(len - lo->first) / double(hi->first - lo->first);
+      total += lo->second + f * (hi->second - lo->second);
+    }
+  }
+  return total / double(last - first + 1);
+}
+
+struct PointResult {
+  nlohmann::json row;
+  double tokens_per_s = 0;
+};
+
+PointResult run_point(engine::ModelRunner& runner, const ModelConfig& config, engine::AttentionChoice mode,
+                      std::int64_t batch, std::int64_t prefix, const E2eOptions& o) {
+  nlohmann::json row{{"mode", engine::choice_name(mode)}, {"batch", batch}, {"prefix", prefix},
+                     {"new_tokens", o.new_tokens}};
+  engine::EngineOptions eo;
+  eo.attention = mode;
+  eo.max_running = batch;
+  engine::Engine engine(runner, eo);
+  engine::GenerationRequest request;
+  std::mt19937 rng(static_cast<std::uint32_t>(o.seed + prefix));
+  std::uniform_int_distribution<std::int32_t> token(3, static_cast<std::int32_t>(config.vocab_size) - 1);
+  for (std::int64_t i = 0; i < prefix; ++i) request.prompt.push_back(token(rng));
+  request.n = static_cast<int>(batch);
+  request.max_new_tokens = o.new_tokens;
+  request.sampling.temperature = 1.f;
+  request.sampling.seed = o.seed;
+  engine.submit(request, 0);
+  const std::int64_t running = engine.admit_and_prefill();
+  row["prefill_s"] = engine.stats().prefill_seconds;
+  if (running < batch) {
+    row["skipped"] = true;
+    row["skip_reason"] = "out of memory: " + std::to_string(running) + " of " + std::to_string(batch) +
+                         " sequences fit the KV pool (" + human_gb(double(runner.kv_pages()) * runner.page_size() *
+                                                                   runner.kv_bytes_per_token()) + ")";
+    return {row, 0};
+  }
+  row["skipped"] = false;
+  row["kv_peak_gb"] = double(engine.pool().peak_used_pages()) * runner.page_size() * runner.kv_bytes_per_token() / 1e9;
+  // Step s (0-based) attends to a suffix of s + 1 tokens. Step 0 is the warm-up.
+  timed_step(engine);
+  std::vector<std::pair<std::int64_t, double>> samples;
+  const double first = timed_step(engine);
+  samples.push_back({2, first});
+  const std::int64_t steps = o.new_tokens;
+  const bool full = o.steps == "full" || (o.steps == "auto" && first * double(steps) < o.full_seconds);
+  double mean = 0;
+  if (full) {
+    double total = first;
+    std::int64_t timed = 1;
+    while (engine.running() > 0) total += timed_step(engine), ++timed;
+    mean = total / double(timed);
+    row["sampled"] = false;
+    row["timed_steps"] = timed;
+  } else {
+    // Suffix lengths spread over the rest of the generation; the steps between are skipped
+    // (their K/V slots are allocated but not computed).
+    std::int64_t at = 2;
+    for (int i = 1; i < o.sample_points; ++i) {
+      const std::int64_t target = 2 + (steps - 3) * i / (o.sample_points - 1);
+      if (target <= at) continue;
+      engine.skip_suffix_tokens(target - at - 1);
+      samples.push_back({target, timed_step(engine)});
+      at = target;
+    }
+    mean = mean_step_seconds(samples, 1, steps);
+    row["sampled"] = true;
+    nlohmann::json points = nlohmann::json::array();
+    for (const auto& [len, s] : samples) points.push_back({{"suffix", len}, {"step_ms", s * 1e3}});
+    row["sample_steps"] = points;
+  }
+  row["step_ms"] = mean * 1e3;
+  row["tokens_per_s"] = double(batch) / mean;
+  return {row, double(batch) / mean};
+}
+
+void run_e2e(const E2eOptions& o) {
+  const auto batches = cli::parse_count_list(o.batch, "--batch");
+  const auto prefixes = cli::parse_count_list(o.prefix, "--prefix");
+  std::vector<engine::AttentionChoice> modes;
+  for (const std::string& m : cli::parse_word_list(o.modes, "--modes")) modes.push_back(engine::parse_choice(m));
+  HG_CHECK(o.steps == "full" || o.steps == "sampled" || o.steps == "auto", "--steps: expected full, sampled or auto");
+  HG_CHECK(o.new_tokens >= 4 && o.sample_points >= 2, "--new-tokens must be >= 4 and --sample-points >= 2");
+
+  nlohmann::json report{{"tool", "hydragen bench e2e"}, {"version", cli::version()}, {"git_commit", cli::git_commit()},
+                        {"date", cli::utc_now_iso()}};
+  double gemm_flops = 0, copy_bytes = 0;
+#ifdef HYDRAGEN_WITH_CUDA
+  if (o.device == "cuda") {
+    const cuda::DeviceCeilings c = cuda::measure_ceilings();
+    report["device"] = c.device_name;
+    gemm_flops = c.gemm_tflops * 1e12, copy_bytes = c.copy_tb_per_s * 1e12;
+    report["ceilings"] = {{"gemm_tflops", c.gemm_tflops}, {"copy_tb_per_s", c.copy_tb_per_s}};
+  }
+#endif
+  if (o.device != "cuda") report["device"] = "cpu";
+  report["settings"] = {{"new_tokens", o.new_tokens}, {"steps", o.steps}, {"full_seconds", o.full_seconds},
+                        {"sample_points", o.sample_points}, {"sampling", "temperature 1, seed per sequence"},
+                        {"throughput", "decode tokens/s excluding prefill and one warm-up step"}};
+  nlohmann::json rows = nlohmann::json::array();
+  std::printf("%-14s %-9s %6s %7s %10s %10s %9s %8s %8s %s\n", "preset", "mode", "batch", "prefix", "step_ms",
+              "tok/s", "floor", "of_floor", "vs_paged", "note");
+  for (const std::string& preset : cli::parse_word_list(o.presets, "--presets")) {
+    const ModelConfig config = load_preset(preset);
+    engine::RunnerOptions ro;
+    ro.max_batch = *std::max_element(batches.begin(), batches.end());
+    std::unique_ptr<engine::ModelRunner> runner =
+        o.device == "cuda" ? engine::make_cuda_runner(config, random_weights(config, o.seed, DType::bf16, Device::cuda), ro)
+                           : engine::make_cpu_runner(config, random_weights(config, o.seed), ro);
+    const double per_token = double(runner->kv_bytes_per_token());
+    for (std::int64_t prefix : prefixes)
+      for (std::int64_t batch : batches) {
+        std::vector<PointResult> point;
+        double none_step = 0, paged_tps = 0;
+        for (engine::AttentionChoice mode : modes) {
+          PointResult r = run_point(*runner, config, mode, batch, prefix, o);
+          r.row["preset"] = preset;
+          if (mode == engine::AttentionChoice::none && r.tokens_per_s > 0) none_step = double(batch) / r.tokens_per_s;
+          if (mode == engine::AttentionChoice::paged) paged_tps = r.tokens_per_s;
+          point.push_back(std::move(r));
+        }
+        // The floor of a step: our own `none` step + the prefix attention FLOPs at the GEMM
+        // rate + the suffix K/V bytes (average suffix new_tokens / 2) at the copy rate.
+        const double prefix_flops = 4.0 * double(batch) * config.num_heads * config.head_dim * double(prefix) *
+                                    config.num_layers;
+        const double suffix_bytes = double(batch) * (double(o.new_tokens) / 2) * per_token;
+        const double floor_step = none_step > 0 && gemm_flops > 0
+                                      ? none_step + prefix_flops / gemm_flops + suffix_bytes / copy_bytes
+                                      : 0;
+        for (PointResult& r : point) {
+          nlohmann::json& row = r.row;
+          if (floor_step > 0) row["floor_tokens_per_s"] = double(batch) / floor_step;
+          if (floor_step > 0 && r.tokens_per_s > 0) row["fraction_of_floor"] = r.tokens_per_s * floor_step / double(batch);
+          if (paged_tps > 0 && r.tokens_per_s > 0) row["speedup_vs_paged"] = r.tokens_per_s / paged_tps;
+          const bool skipped = row["skipped"].get<bool>();
+          std::printf("%-14s %-9s %6lld %7lld %10s %10s %9s %8s %8s %s\n", preset.c_str(),
+                      row["mode"].get<std::string>().c_str(), static_cast<long long>(batch),
+                      static_cast<long long>(prefix),
+                      skipped ? "X" : std::to_string(row["step_ms"].get<double>()).substr(0, 8).c_str(),
+                      skipped ? "X" : std::to_string(static_cast<long long>(r.tokens_per_s)).c_str(),
+                      floor_step > 0 ? std::to_string(static_cast<long long>(batch / floor_step)).c_str() : "-",
+                      row.contains("fraction_of_floor")
+                          ? std::to_string(row["fraction_of_floor"].get<double>()).substr(0, 5).c_str()
+                          : "-",
+                      row.contains("speedup_vs_paged")
+                          ? std::to_string(row["speedup_vs_paged"].get<double>()).substr(0, 6).c_str()
+                          : "-",
+                      skipped ? row["skip_reason"].get<std::string>().c_str()
+                              : (row["sampled"].get<bool>() ? "sampled" : ""));
+          std::fflush(stdout);
+          rows.push_back(row);
+        }
+        report["rows"] = rows;
+        if (!o.json_path.empty()) write_json_file(o.json_path, report);
+      }
+  }
+}
+
+}  // namespace
+
+void register_bench_e2e(CLI::App& bench) {
+  auto o = std::make_shared<E2eOptions>();
+  CLI::App* cmd = bench.add_subcommand("e2e", "End-to-end decode throughput (the paper's Fig. 3/4 protocol)");
+  cmd->add_option("--device", o->device, "cuda or cpu")->capture_default_str();
+  cmd->add_option("--presets", o->presets, "Model presets (random weights), comma-separated")->capture_default_str();
+  cmd->add_option("--batch", o->batch, "Batch sizes")->capture_default_str();
+  cmd->add_option("--prefix", o->prefix, "Shared prefix lengths")->capture_default_str();
+  cmd->add_option("--modes", o->modes, "hydragen, paged, dense, none")->capture_default_str();
+  cmd->add_option("--new-tokens", o->new_tokens, "Tokens generated per sequence")->capture_default_str();
+  cmd->add_option("--steps", o->steps, "full, sampled, or auto (full when under --full-seconds)")->capture_default_str();
+  cmd->add_option("--full-seconds", o->full_seconds, "auto: longest generation run in full")->capture_default_str();
+  cmd->add_option("--sample-points", o->sample_points, "Steps timed when sampled")->capture_default_str();
+  cmd->add_option("--json", o->json_path, "Write the results as JSON");
+  cmd->add_option("--seed", o->seed, "Seed of weights, prompts and sampling")->capture_default_str();
+  cmd->callback([o] { run_e2e(*o); });
+}
+
+}  // namespace hydragen::bench
