@@ -43,8 +43,9 @@ T* pinned(std::int64_t count) {
 
 class CudaModelRunner final : public ModelRunner {
  public:
-  CudaModelRunner(const ModelConfig& config, const LlamaWeights& weights, const RunnerOptions& options)
+  CudaModelRunner(const ModelConfig& config, LlamaWeights&& weights, const RunnerOptions& options)
       : model_(config, weights), options_(options) {
+    weights = LlamaWeights{};  // what the model did not keep goes back before the pool is sized
     HG_CHECK(cuda::supported_head_dim(static_cast<int>(config.head_dim)), "the CUDA attention kernels do not ",
              "support head_dim ", config.head_dim, " (supported: 64, 128)");
     capacity_ = std::max(options.max_batch, kMinStepRows);
@@ -112,7 +113,9 @@ class CudaModelRunner final : public ModelRunner {
     HG_CHECK(plan == nullptr || plan->query_rows == n, "CudaModelRunner::step: the plan has ",
              plan ? plan->query_rows : 0, " query rows for ", n, " step rows");
     const bool graphed = sampling != nullptr && options_.cuda_graphs && graphs_ok_;
-    const std::int64_t padded = graphed ? std::min(bucket_for(n), capacity_) : n;
+    // Decode steps are padded to their bucket with or without graphs, so both run the same
+    // GEMM shapes and give the same tokens.
+    const std::int64_t padded = sampling != nullptr ? std::min(bucket_for(n), capacity_) : n;
     stage_inputs(rows, padded, sampling);
     if (plan != nullptr) upload(*plan);
 
@@ -124,7 +127,7 @@ class CudaModelRunner final : public ModelRunner {
       if (it != graphs_.end()) HG_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
       else enqueue(padded, plan != nullptr, true);  // capture failed: eager from now on
     } else {
-      enqueue(n, plan != nullptr, sampling != nullptr);
+      enqueue(padded, plan != nullptr, sampling != nullptr);
     }
     HG_CUDA_CHECK(cudaEventRecord(stop_, stream_));
 
@@ -287,9 +290,9 @@ class CudaModelRunner final : public ModelRunner {
 
 }  // namespace
 
-std::unique_ptr<ModelRunner> make_cuda_runner(const ModelConfig& config, const LlamaWeights& weights,
+std::unique_ptr<ModelRunner> make_cuda_runner(const ModelConfig& config, LlamaWeights weights,
                                               const RunnerOptions& options) {
-  return std::make_unique<CudaModelRunner>(config, weights, options);
+  return std::make_unique<CudaModelRunner>(config, std::move(weights), options);
 }
 
 }  // namespace hydragen::engine
@@ -297,7 +300,7 @@ std::unique_ptr<ModelRunner> make_cuda_runner(const ModelConfig& config, const L
 #else
 
 namespace hydragen::engine {
-std::unique_ptr<ModelRunner> make_cuda_runner(const ModelConfig&, const LlamaWeights&, const RunnerOptions&) {
+std::unique_ptr<ModelRunner> make_cuda_runner(const ModelConfig&, LlamaWeights, const RunnerOptions&) {
   fail("--device cuda: this build has no CUDA backend (configure with -DHYDRAGEN_CUDA=ON)");
 }
 }  // namespace hydragen::engine

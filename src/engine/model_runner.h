@@ -65,8 +65,10 @@ class ModelRunner {
 // The fp32 CPU runner over `weights` (f32 CPU tensors).
 std::unique_ptr<ModelRunner> make_cpu_runner(const ModelConfig& config, LlamaWeights weights,
                                              const RunnerOptions& options);
-// The bf16 CUDA runner (weights of any float dtype, CPU or device). Throws in builds without CUDA.
-std::unique_ptr<ModelRunner> make_cuda_runner(const ModelConfig& config, const LlamaWeights& weights,
+// The bf16 CUDA runner (weights of any float dtype, CPU or device; bf16 device weights are
+// used in place). The KV pool is sized after `weights` is released, so pass it by move to
+// give its memory to the pool. Throws in builds without CUDA.
+std::unique_ptr<ModelRunner> make_cuda_runner(const ModelConfig& config, LlamaWeights weights,
                                               const RunnerOptions& options);
 
 // Pages for a memory budget: budget / (page_size tokens x bytes per token), at least 1.

@@ -15,6 +15,8 @@ namespace {
 
 Tensor device_bf16(const Tensor& t) {
   if (!t.defined()) return {};
+  // Already in place (random weights made on the device): share it, no second copy.
+  if (t.dtype() == DType::bf16 && t.device() == Device::cuda && t.is_contiguous()) return t;
   Tensor out = Tensor::empty(t.shape(), DType::bf16, Device::cuda);
   out.copy_from(t.is_contiguous() ? t : t.clone());
   return out;
