@@ -1,0 +1,413 @@
+// Token sampling on the device, one block of 1024 threads per row; the algorithm is the one
+// written down in src/sample/sampling.h, and the CPU twin there is its spec.
+//
+// Passes over a sampled row (greedy rows stop after the first):
+//   1. raw logits: max, first argmax, sum exp(l - max) (online) -> logprob; the scaled row
+//      x = l / T is kept in shared memory when it fits (else every pass re-reads global/L2).
+//   2. top-k: radix select of the k-th largest x: 4 passes of 8 bits over order_key(x)
+//      (float bits mapped to unsigned order), a 256-bin count histogram in shared memory.
+//   3. top-p: Z_a = sum p_i over x >= tau_a, then the same radix select with p_i as the
+//      weight: the largest key K with sum_{x >= K} p >= top_p * Z_a.
+//   4. Z over x >= tau, then the index-order draw: tiles of 4 contiguous elements per
+//      thread, a block exclusive scan; the first index whose running sum exceeds u * Z.
+// No sort, no global scratch: thresholds come out exact (order statistics over float bits),
+// only the sums run in another order than on the CPU.
+#include "backend/cuda/sampling.h"
+
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <mutex>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "hydragen/error.h"
+#include "sample/sampling.h"
+
+namespace hydragen::cuda {
+
+namespace {
+
+using sample::SamplingParams;
+
+constexpr int kThreads = 1024;
+constexpr int kWarps = kThreads / 32;
+static_assert(kWarps == 32, "block_reduce reduces one value per warp with one warp");
+constexpr int kDrawItems = 4;  // contiguous elements per thread in a draw tile
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// Unsigned order = float order for non-NaN values (-0 sorts below +0; scaled logits hold no -0).
+__device__ std::uint32_t order_key(float x) {
+  const std::uint32_t bits = __float_as_uint(x);
+  return (bits & 0x80000000u) != 0u ? ~bits : (bits | 0x80000000u);
+}
+__device__ float key_value(std::uint32_t key) {
+  return __uint_as_float((key & 0x80000000u) != 0u ? (key & 0x7fffffffu) : ~key);
+}
+
+// Row `blockIdx.x` of the scaled logits x = l / T: the shared-memory copy, or recomputed from
+// the raw row when it does not fit shared memory.
+template <bool kCached>
+struct ScaledRow {
+  const float* raw;
+  const float* cached;
+  float temperature;
+  __device__ float operator[](int i) const {
+    if constexpr (kCached) {
+      return cached[i];
+    } else {
+      return sample::scaled_logit(raw[i], temperature);
+    }
+  }
+};
+
+// ---- block-wide reductions and scans ---------------------------------------------------
+
+// Max of the raw logits, its first index, and sum exp(l - max): an online softmax state.
+struct RowStats {
+  float max;
+  int argmax;
+  float sum;
+};
+__device__ RowStats merge(RowStats a, RowStats b) {
+  if (b.max > a.max || (b.max == a.max && b.argmax < a.argmax)) {
+    const RowStats t = a;
+    a = b;
+    b = t;
+  }
+  if (b.sum > 0.f) a.sum += b.sum * expf(b.max - a.max);
+  return a;
+}
+
+__device__ float shfl_xor(float v, int offset) { return __shfl_xor_sync(kFullMask, v, offset); }
+__device__ int shfl_xor(int v, int offset) { return __shfl_xor_sync(kFullMask, v, offset); }
+__device__ RowStats shfl_xor(RowStats v, int offset) {
+  return {shfl_xor(v.max, offset), shfl_xor(v.argmax, offset), shfl_xor(v.sum, offset)};
+}
+
+struct Sum {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct Min {
+  __device__ int operator()(int a, int b) const { return a < b ? a : b; }
+};
+struct Max {
+  __device__ int operator()(int a, int b) const { return a > b ? a : b; }
+};
+struct Merge {
+  __device__ RowStats operator()(RowStats a, RowStats b) const { return merge(a, b); }
+};
+
+// op over the whole block; every thread gets the result. Ends with a barrier, so the
+// scratch (one per T) is free for the next call.
+template <class T, class Op>
+__device__ T block_reduce(T value, Op op) {
+  __shared__ T warp_values[kWarps];
+  for (int offset = 16; offset > 0; offset /= 2) value = op(value, shfl_xor(value, offset));
+  if (threadIdx.x % 32 == 0) warp_values[threadIdx.x / 32] = value;
+  __syncthreads();
+  value = warp_values[threadIdx.x % 32];
+  for (int offset = 16; offset > 0; offset /= 2) value = op(value, shfl_xor(value, offset));
+  __syncthreads();
+  return value;
+}
+
+// Sum of `value` over the threads before this one (thread order); `total` = the block's sum.
+__device__ float block_exclusive_sum(float value, float& total) {
+  __shared__ float warp_totals[kWarps];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  float inclusive = value;
+  for (int offset = 1; offset < 32; offset *= 2) {
+    const float t = __shfl_up_sync(kFullMask, inclusive, offset);
+    if (lane >= offset) inclusive += t;
+  }
+  float exclusive = __shfl_up_sync(kFullMask, inclusive, 1);
+  if (lane == 0) exclusive = 0.f;
+  if (lane == 31) warp_totals[warp] = inclusive;
+  __syncthreads();
+  float warps_inclusive = warp_totals[lane];
+  for (int offset = 1; offset < 32; offset *= 2) {
+    const float t = __shfl_up_sync(kFullMask, warps_inclusive, offset);
+    if (lane >= offset) warps_inclusive += t;
+  }
+  float warps_exclusive = __shfl_up_sync(kFullMask, warps_inclusive, 1);
+  if (lane == 0) warps_exclusive = 0.f;
+  total = __shfl_sync(kFullMask, warps_inclusive, 31);
+  const float before_warp = __shfl_sync(kFullMask, warps_exclusive, warp);
+  __syncthreads();
+  return before_warp + exclusive;
+}
+
+// ---- radix select ----------------------------------------------------------------------
+
+template <class W>
+struct SelectScratch {
+  W bins[256];
+  W above;             // the walk's result: weight of the keys above the chosen digit
+  std::uint32_t digit;  // the walk's result: the chosen digit
+};
+
+// Element weights: every element counts 1 (top-k), or p = exp(x - m) over x >= tau (top-p).
+struct CountAll {
+  __device__ int operator()(float) const { return 1; }
+};
+struct KeptMass {
+  float tau, m;
+  __device__ float operator()(float v) const { return v >= tau ? expf(v - m) : 0.f; }
+};
+
+// Counts: one atomic per distinct digit of the warp (the top digits of nearby logits collide).
+__device__ void add_to_bin(int* bins, std::uint32_t digit, int weight) {
+  if (!__any_sync(kFullMask, digit < 256u)) return;
+  const unsigned same = __match_any_sync(kFullMask, digit);
+  if (digit < 256u && static_cast<int>(threadIdx.x % 32) == __ffs(same) - 1) {
+    atomicAdd(&bins[digit], weight * __popc(same));
+  }
+}
+__device__ void add_to_bin(float* bins, std::uint32_t digit, float weight) {
+  if (digit < 256u) atomicAdd(&bins[digit], weight);
+}
+
+// Warp 0: walks the digits from 255 down, accumulating weight after `above`, and stores the
+// first non-empty digit at which the total reaches `target` (if float rounding never gets
+// there, the lowest non-empty digit: keep everything). Lane l holds digits 255-8l..248-8l.
+template <class W>
+__device__ void walk_digits(SelectScratch<W>& s, W above, W target) {
+  const int lane = threadIdx.x;
+  W bins[8];
+  W lane_sum = 0;
+  for (int j = 0; j < 8; ++j) {
+    bins[j] = s.bins[255 - 8 * lane - j];
+    lane_sum += bins[j];
+  }
+  W inclusive = lane_sum;
+  for (int offset = 1; offset < 32; offset *= 2) {
+    const W t = __shfl_up_sync(kFullMask, inclusive, offset);
+    if (lane >= offset) inclusive += t;
+  }
+  W running = __shfl_up_sync(kFullMask, inclusive, 1);
+  running = above + (lane == 0 ? W(0) : running);
+  int hit = -1, last = -1;
+  W hit_above = 0, last_above = 0;
+  for (int j = 0; j < 8; ++j) {
+    if (bins[j] > W(0)) {
+      if (hit < 0 && running + bins[j] >= target) {
+        hit = j;
+        hit_above = running;
+      }
+      last = j;
+      last_above = running;
+    }
+    running += bins[j];
+  }
+  const unsigned hits = __ballot_sync(kFullMask, hit >= 0);
+  const unsigned nonempty = __ballot_sync(kFullMask, last >= 0);
+  if (hits != 0u) {
+    if (lane == __ffs(hits) - 1) {
+      s.digit = static_cast<std::uint32_t>(255 - 8 * lane - hit);
+      s.above = hit_above;
+    }
+  } else if (nonempty != 0u) {
+    if (lane == 31 - __clz(nonempty)) {
+      s.digit = static_cast<std::uint32_t>(255 - 8 * lane - last);
+      s.above = last_above;
+    }
+  } else if (lane == 0) {  // nothing to select from: cannot happen for a valid call
+    s.digit = 0u;
+    s.above = above;
+  }
+}
+
+// The largest threshold t (a value of x) such that the weight of the elements with x >= t
+// reaches `target`; only elements of positive weight take part. With CountAll and target k:
+// the k-th largest x.
+template <class W, class Row, class Weight>
+__device__ float select_threshold(const Row& x, int vocab, W target, Weight weight, SelectScratch<W>& s) {
+  std::uint32_t prefix = 0u, mask = 0u;
+  W above = 0;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    if (threadIdx.x < 256) s.bins[threadIdx.x] = W(0);
+    __syncthreads();
+    for (int base = 0; base < vocab; base += kThreads) {  // uniform trip count: whole warps
+      const int i = base + static_cast<int>(threadIdx.x);
+      std::uint32_t digit = 256u;  // none
+      W w = 0;
+      if (i < vocab) {
+        const float v = x[i];
+        const std::uint32_t key = order_key(v);
+        w = weight(v);
+        if (w > W(0) && (key & mask) == prefix) digit = (key >> shift) & 255u;
+      }
+      add_to_bin(s.bins, digit, w);
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) walk_digits(s, above, target);
+    __syncthreads();
+    prefix |= s.digit << shift;
+    mask |= 255u << shift;
+    above = s.above;
+    // s is next written after the next pass's barrier, when every thread has read it.
+  }
+  return key_value(prefix);
+}
+
+// ---- the draw ------------------------------------------------------------------------------
+
+// The first index whose running sum of kept p (index order) exceeds target; -1 if none does.
+template <class Row>
+__device__ int draw_token(const Row& x, int vocab, float tau, float m, float target) {
+  float carry = 0.f;
+  for (int base = 0; base < vocab; base += kThreads * kDrawItems) {
+    const int first = base + static_cast<int>(threadIdx.x) * kDrawItems;
+    float p[kDrawItems];
+    float sum = 0.f;
+    for (int j = 0; j < kDrawItems; ++j) {
+      const int i = first + j;
+      p[j] = 0.f;
+      if (i < vocab) {
+        const float v = x[i];
+        if (v >= tau) p[j] = expf(v - m);
+      }
+      sum += p[j];
+    }
+    float tile_total = 0.f;
+    float running = carry + block_exclusive_sum(sum, tile_total);
+    int found = INT_MAX;
+    for (int j = 0; j < kDrawItems; ++j) {
+      running += p[j];
+      if (p[j] > 0.f && running > target) {
+        found = first + j;
+        break;
+      }
+    }
+    found = block_reduce(found, Min{});
+    if (found != INT_MAX) return found;
+    carry += tile_total;
+  }
+  return -1;
+}
+
+// ---- the kernel ------------------------------------------------------------------------
+
+template <bool kCached>
+__global__ void __launch_bounds__(kThreads, 1)
+    sample_rows_kernel(const float* logits, int vocab, const SamplingParams* params, const std::uint64_t* steps,
+                       std::int32_t* tokens, float* logprobs) {
+  extern __shared__ float cached[];
+  __shared__ SelectScratch<int> count_scratch;
+  __shared__ SelectScratch<float> mass_scratch;
+  const int row = blockIdx.x;
+  const float* raw = logits + static_cast<std::int64_t>(row) * vocab;
+  const SamplingParams p = params[row];
+  const bool greedy = !(p.temperature > 0.f);  // 0 (validated on the host)
+
+  RowStats stats{-INFINITY, INT_MAX, 0.f};
+  for (int i = threadIdx.x; i < vocab; i += kThreads) {
+    const float l = raw[i];
+    if (l > stats.max) {
+      stats.sum = stats.sum * expf(stats.max - l) + 1.f;
+      stats.max = l;
+      stats.argmax = i;
+    } else if (l > -INFINITY) {
+      stats.sum += expf(l - stats.max);
+    }
+    if constexpr (kCached) {
+      if (!greedy) cached[i] = sample::scaled_logit(l, p.temperature);
+    }
+  }
+  stats = block_reduce(stats, Merge{});  // its barrier also publishes `cached`
+  if (stats.argmax >= vocab) stats.argmax = 0;  // an all -inf row (rejected by the CPU twin)
+  const float log_normalizer = stats.max + logf(stats.sum);
+  const auto finish = [&](int token) {
+    if (threadIdx.x == 0) {
+      tokens[row] = token;
+      logprobs[row] = raw[token] - log_normalizer;
+    }
+  };
+  if (greedy) {
+    finish(stats.argmax);
+    return;
+  }
+
+  const ScaledRow<kCached> x{raw, cached, p.temperature};
+  const float m = sample::scaled_logit(stats.max, p.temperature);  // division is monotonic: = max x
+  float tau = sample::min_p_threshold(m, p.min_p);
+  if (p.top_k > 0 && p.top_k < vocab) tau = fmaxf(tau, select_threshold(x, vocab, p.top_k, CountAll{}, count_scratch));
+  if (p.top_p < 1.f) {
+    const KeptMass kept{tau, m};
+    float kept_mass = 0.f;
+    for (int i = threadIdx.x; i < vocab; i += kThreads) kept_mass += kept(x[i]);
+    kept_mass = block_reduce(kept_mass, Sum{});
+    tau = fmaxf(tau, select_threshold(x, vocab, p.top_p * kept_mass, kept, mass_scratch));
+  }
+
+  float z = 0.f;
+  int last_kept = -1;  // the fallback when rounding runs past the end: the last kept p > 0
+  for (int i = threadIdx.x; i < vocab; i += kThreads) {
+    const float v = x[i];
+    if (v < tau) continue;
+    const float w = expf(v - m);
+    z += w;
+    if (w > 0.f) last_kept = i;
+  }
+  z = block_reduce(z, Sum{});
+  last_kept = block_reduce(last_kept, Max{});
+  const float target = sample::sampling_uniform(p.seed, steps[row]) * z;
+  const int token = draw_token(x, vocab, tau, m, target);
+  finish(token >= 0 ? token : (last_kept >= 0 ? last_kept : stats.argmax));
+}
+
+// Floats of a row the cached kernel holds in shared memory on the current device; raises the
+// kernel's dynamic shared-memory limit to that on the first call per device.
+int cached_row_capacity() {
+  static std::mutex mutex;
+  static std::vector<int> capacity;  // per device; -1: not asked yet
+  int device = 0;
+  HG_CUDA_CHECK(cudaGetDevice(&device));
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (capacity.size() <= static_cast<std::size_t>(device)) capacity.resize(static_cast<std::size_t>(device) + 1, -1);
+  int& floats = capacity[static_cast<std::size_t>(device)];
+  if (floats < 0) {
+    int optin_bytes = 0;
+    HG_CUDA_CHECK(cudaDeviceGetAttribute(&optin_bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    cudaFuncAttributes attributes{};
+    HG_CUDA_CHECK(cudaFuncGetAttributes(&attributes, sample_rows_kernel<true>));
+    const int bytes = optin_bytes - static_cast<int>(attributes.sharedSizeBytes);
+    HG_CUDA_CHECK(cudaFuncSetAttribute(sample_rows_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    floats = bytes / static_cast<int>(sizeof(float));
+  }
+  return floats;
+}
+
+}  // namespace
+
+void sample_rows(const Tensor& logits, const void* params, const std::uint64_t* steps, std::int32_t* tokens,
+                 float* logprobs, void* stream) {
+  HG_CHECK(logits.defined() && logits.device() == Device::cuda && logits.dtype() == DType::f32 &&
+               logits.rank() == 2 && logits.is_contiguous() && logits.size(1) > 0,
+           "cuda::sample_rows: logits must be a contiguous CUDA f32 tensor [rows, vocab] with vocab >= 1, got ",
+           logits.defined() ? logits.shape_str() + " " + dtype_name(logits.dtype()) + " on " +
+                                  device_name(logits.device())
+                            : std::string("nothing"));
+  const std::int64_t rows = logits.size(0), vocab = logits.size(1);
+  HG_CHECK(vocab <= (std::int64_t{1} << 30), "cuda::sample_rows: vocab ", vocab, " is above 2^30");
+  HG_CHECK(rows <= INT_MAX, "cuda::sample_rows: ", rows, " rows is above the grid limit");
+  if (rows == 0) return;
+  HG_CHECK(params != nullptr && steps != nullptr && tokens != nullptr && logprobs != nullptr,
+           "cuda::sample_rows: params, steps, tokens and logprobs must be device arrays of ", rows,
+           " entries, got a null pointer");
+  const auto* device_params = static_cast<const SamplingParams*>(params);
+  const auto cuda_stream = static_cast<cudaStream_t>(stream);
+  const unsigned grid = static_cast<unsigned>(rows);
+  if (vocab <= cached_row_capacity()) {
+    const std::size_t bytes = static_cast<std::size_t>(vocab) * sizeof(float);
+    sample_rows_kernel<true><<<grid, kThreads, bytes, cuda_stream>>>(
+        logits.data<float>(), static_cast<int>(vocab), device_params, steps, tokens, logprobs);
+  } else {
+    sample_rows_kernel<false><<<grid, kThreads, 0, cuda_stream>>>(logits.data<float>(), static_cast<int>(vocab),
+                                                                  device_params, steps, tokens, logprobs);
+  }
+  HG_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace hydragen::cuda
