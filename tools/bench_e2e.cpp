@@ -47,12 +47,21 @@ struct E2eOptions {
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-// One timed decode step (wall clock: plan, upload, forward, sampling, tokens back).
-double timed_step(engine::Engine& engine) {
-  const auto start = Clock::now();
-  engine.decode_step();
-  return seconds_since(start);
-}
+// Wall clock (plan, upload, forward, sampling, tokens back) and device time of timed steps.
+struct StepClock {
+  engine::Engine& engine;
+  const engine::ModelRunner& runner;
+  double device_seconds = 0;
+  std::int64_t steps = 0;
+  double operator()() {
+    const auto start = Clock::now();
+    engine.decode_step();
+    const double wall = seconds_since(start);
+    device_seconds += runner.last_step_device_seconds();
+    ++steps;
+    return wall;
+  }
+};
 
 // Mean of a piecewise-linear step time over suffix lengths [first, last], from samples
 // (length, seconds) sorted by length.
@@ -107,9 +116,11 @@ PointResult run_point(engine::ModelRunner& runner, const ModelConfig& config, en
   row["skipped"] = false;
   row["kv_peak_gb"] = double(engine.pool().peak_used_pages()) * runner.page_size() * runner.kv_bytes_per_token() / 1e9;
   // Step s (0-based) attends to a suffix of s + 1 tokens. Step 0 is the warm-up.
-  timed_step(engine);
+  StepClock timed_step{engine, runner};
+  timed_step();
+  timed_step.device_seconds = 0, timed_step.steps = 0;
   std::vector<std::pair<std::int64_t, double>> samples;
-  const double first = timed_step(engine);
+  const double first = timed_step();
   samples.push_back({2, first});
   const std::int64_t steps = o.new_tokens;
   const bool full = o.steps == "full" || (o.steps == "auto" && first * double(steps) < o.full_seconds);
@@ -117,7 +128,7 @@ PointResult run_point(engine::ModelRunner& runner, const ModelConfig& config, en
   if (full) {
     double total = first;
     std::int64_t timed = 1;
-    while (engine.running() > 0) total += timed_step(engine), ++timed;
+    while (engine.running() > 0) total += timed_step(), ++timed;
     mean = total / double(timed);
     row["sampled"] = false;
     row["timed_steps"] = timed;
@@ -129,7 +140,7 @@ PointResult run_point(engine::ModelRunner& runner, const ModelConfig& config, en
       const std::int64_t target = 2 + (steps - 3) * i / (o.sample_points - 1);
       if (target <= at) continue;
       engine.skip_suffix_tokens(target - at - 1);
-      samples.push_back({target, timed_step(engine)});
+      samples.push_back({target, timed_step()});
       at = target;
     }
     mean = mean_step_seconds(samples, 1, steps);
@@ -139,6 +150,7 @@ PointResult run_point(engine::ModelRunner& runner, const ModelConfig& config, en
     row["sample_steps"] = points;
   }
   row["step_ms"] = mean * 1e3;
+  if (timed_step.device_seconds > 0) row["device_step_ms"] = timed_step.device_seconds / timed_step.steps * 1e3;
   row["tokens_per_s"] = double(batch) / mean;
   return {row, double(batch) / mean};
 }
@@ -167,8 +179,8 @@ void run_e2e(const E2eOptions& o) {
                         {"sample_points", o.sample_points}, {"sampling", "temperature 1, seed per sequence"},
                         {"throughput", "decode tokens/s excluding prefill and one warm-up step"}};
   nlohmann::json rows = nlohmann::json::array();
-  std::printf("%-14s %-9s %6s %7s %10s %10s %9s %8s %8s %s\n", "preset", "mode", "batch", "prefix", "step_ms",
-              "tok/s", "floor", "of_floor", "vs_paged", "note");
+  std::printf("%-14s %-9s %6s %7s %10s %10s %10s %9s %8s %8s %s\n", "preset", "mode", "batch", "prefix", "step_ms",
+              "device_ms", "tok/s", "floor", "of_floor", "vs_paged", "note");
   for (const std::string& preset : cli::parse_word_list(o.presets, "--presets")) {
     const ModelConfig config = load_preset(preset);
     engine::RunnerOptions ro;
@@ -199,13 +211,16 @@ void run_e2e(const E2eOptions& o) {
         for (PointResult& r : point) {
           nlohmann::json& row = r.row;
           if (floor_step > 0) row["floor_tokens_per_s"] = double(batch) / floor_step;
-          if (floor_step > 0 && r.tokens_per_s > 0) row["fraction_of_floor"] = r.tokens_per_s * floor_step / double(batch);
+          if (floor_step > 0 && r.tokens_per_s > 0 && row["mode"] != "none") row["fraction_of_floor"] = r.tokens_per_s * floor_step / double(batch);
           if (paged_tps > 0 && r.tokens_per_s > 0) row["speedup_vs_paged"] = r.tokens_per_s / paged_tps;
           const bool skipped = row["skipped"].get<bool>();
-          std::printf("%-14s %-9s %6lld %7lld %10s %10s %9s %8s %8s %s\n", preset.c_str(),
+          std::printf("%-14s %-9s %6lld %7lld %10s %10s %10s %9s %8s %8s %s\n", preset.c_str(),
                       row["mode"].get<std::string>().c_str(), static_cast<long long>(batch),
                       static_cast<long long>(prefix),
                       skipped ? "X" : std::to_string(row["step_ms"].get<double>()).substr(0, 8).c_str(),
+                      row.contains("device_step_ms")
+                          ? std::to_string(row["device_step_ms"].get<double>()).substr(0, 8).c_str()
+                          : "-",
                       skipped ? "X" : std::to_string(static_cast<long long>(r.tokens_per_s)).c_str(),
                       floor_step > 0 ? std::to_string(static_cast<long long>(batch / floor_step)).c_str() : "-",
                       row.contains("fraction_of_floor")

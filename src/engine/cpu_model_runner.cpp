@@ -47,6 +47,7 @@ class CpuModelRunner final : public ModelRunner {
   std::int64_t kv_pages() const override { return kv_.pages(); }
   std::int64_t kv_bytes_per_token() const override { return PagedKv::bytes_per_token(config(), DType::f32); }
   std::string device_name() const override { return "cpu"; }
+  std::int64_t max_step_rows() const override { return std::int64_t{1} << 30; }
   attn::PlanOptions plan_options(AttentionMode mode) const override {
     attn::PlanOptions options;
     options.mode = mode;

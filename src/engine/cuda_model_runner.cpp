@@ -24,8 +24,10 @@ namespace hydragen::engine {
 
 namespace {
 
-constexpr std::int64_t kReserveBytes = std::int64_t{3} << 30;  // cuBLAS workspace, plan states, graphs
-constexpr std::int64_t kMinStepRows = 2048;                    // prefill chunks up to this many rows
+// Left free after the pool: cuBLAS workspace, plan buffers and partial states, graphs. At
+// batch 1024 these take ~0.5 GB; a 13B model at prefix 16K needs all but ~1.5 GB for K/V.
+constexpr std::int64_t kReserveBytes = std::int64_t{5} << 28;  // 1.25 GiB
+constexpr std::int64_t kMinStepRows = 512;                     // prefill chunks up to max(this, max_batch) rows
 
 // Decode batches are padded up to one of these sizes, so a handful of graphs serve every batch.
 std::int64_t bucket_for(std::int64_t rows) {
@@ -105,6 +107,7 @@ class CudaModelRunner final : public ModelRunner {
     return cuda::plan_options_for_device(DType::bf16, static_cast<int>(config().head_dim), mode, true);
   }
   double last_step_device_seconds() const override { return last_device_seconds_; }
+  std::int64_t max_step_rows() const override { return capacity_; }
 
   SampledTokens step(const StepRows& rows, const attn::AttentionPlan* plan, const StepSampling* sampling) override {
     check_step_rows(rows, config(), kv_);

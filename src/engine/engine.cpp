@@ -77,7 +77,9 @@ Engine::Engine(ModelRunner& runner, EngineOptions options)
     : runner_(runner), options_(std::move(options)), pool_(runner.kv_pages(), runner.page_size()),
       tree_(std::make_unique<kv::RadixTree>(pool_)) {
   HG_CHECK(options_.prefill_chunk_tokens >= 1, "Engine: prefill_chunk_tokens must be >= 1");
+  options_.prefill_chunk_tokens = std::min(options_.prefill_chunk_tokens, runner_.max_step_rows());
   HG_CHECK(options_.max_running >= 1, "Engine: max_running must be >= 1");
+  options_.max_running = std::min(options_.max_running, runner_.max_step_rows());
 }
 
 Engine::~Engine() = default;

@@ -51,6 +51,8 @@ class ModelRunner {
   virtual std::int64_t kv_pages() const = 0;
   virtual std::int64_t kv_bytes_per_token() const = 0;
   virtual std::string device_name() const = 0;
+  // Most rows one step may hold (prefill chunks are cut to it).
+  virtual std::int64_t max_step_rows() const = 0;
   // Plan options the device's kernels want (split-KV slots, tile rows).
   virtual attn::PlanOptions plan_options(AttentionMode mode) const = 0;
   // Runs one step. plan == nullptr: attention skipped (`none`). With `sampling` (one entry
