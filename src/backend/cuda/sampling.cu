@@ -2,13 +2,19 @@
 // written down in src/sample/sampling.h, and the CPU twin there is its spec.
 //
 // Passes over a sampled row (greedy rows stop after the first):
-//   1. raw logits: max, first argmax, sum exp(l - max) (online) -> logprob; the scaled row
-//      x = l / T is kept in shared memory when it fits (else every pass re-reads global/L2).
+//   1. raw logits (16-byte loads, 4 in flight per thread): max, first argmax, sum exp(l - max)
+//      (online) -> logprob; the scaled row x = l / T is kept in shared memory when it fits
+//      (else every later pass re-reads the raw row from global memory / L2).
 //   2. top-k: radix select of the k-th largest x: 4 passes of 8 bits over order_key(x)
-//      (float bits mapped to unsigned order), a 256-bin count histogram in shared memory.
-//   3. top-p: Z_a = sum p_i over x >= tau_a, then the same radix select with p_i as the
-//      weight: the largest key K with sum_{x >= K} p >= top_p * Z_a.
-//   4. Z over x >= tau, then the index-order draw: tiles of 4 contiguous elements per
+//      (float bits mapped to unsigned order), a 256-bin histogram in shared memory.
+//   3. count and mass Z_a of the kept set x >= tau_a. With top-p and more than kCandidates
+//      kept, the kCandidates largest are selected the same way; if they hold top_p * Z_a the
+//      nucleus lies among them. The kept set (or that nucleus superset), when it has at most
+//      kCandidates elements, is compacted in index order into shared memory, and the rest
+//      runs on that short list instead of the row:
+//   4. top-p: the same radix select with p_i as the weight: the largest key K with
+//      sum_{x >= K} p >= top_p * Z_a.
+//   5. Z over x >= tau, then the index-order draw: tiles of 4 contiguous elements per
 //      thread, a block exclusive scan; the first index whose running sum exceeds u * Z.
 // No sort, no global scratch: thresholds come out exact (order statistics over float bits),
 // only the sums run in another order than on the CPU.
@@ -33,7 +39,8 @@ using sample::SamplingParams;
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
 static_assert(kWarps == 32, "block_reduce reduces one value per warp with one warp");
-constexpr int kDrawItems = 4;  // contiguous elements per thread in a draw tile
+constexpr int kDrawItems = 4;  // contiguous elements per thread in a draw or compaction tile
+constexpr int kCandidates = kThreads * kDrawItems;  // the short list's capacity: one tile
 constexpr unsigned kFullMask = 0xffffffffu;
 
 // Unsigned order = float order for non-NaN values (-0 sorts below +0; scaled logits hold no -0).
@@ -61,6 +68,56 @@ struct ScaledRow {
   }
 };
 
+// The kept set (or a superset of the nucleus), compacted in index order.
+struct CandidateList {
+  float values[kCandidates];
+  int indices[kCandidates];
+};
+struct ListRow {
+  const float* values;
+  __device__ float operator[](int i) const { return values[i]; }
+};
+
+// Calls visit(i, raw[i]) for the elements of the row this thread owns, in increasing i,
+// with kLoads loads in flight (16-byte ones when the row is 16-byte aligned).
+template <class Visit>
+__device__ void for_each_raw(const float* raw, int vocab, Visit visit) {
+  constexpr int kLoads = 4;
+  if (vocab % 4 == 0 && reinterpret_cast<std::uintptr_t>(raw) % 16 == 0) {
+    const float4* raw4 = reinterpret_cast<const float4*>(raw);
+    const int quads = vocab / 4;
+    for (int base = threadIdx.x; base < quads; base += kThreads * kLoads) {
+      float4 q[kLoads];
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u) {
+        if (base + u * kThreads < quads) q[u] = __ldg(raw4 + base + u * kThreads);
+      }
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u) {
+        const int j = base + u * kThreads;
+        if (j >= quads) break;
+        visit(4 * j, q[u].x);
+        visit(4 * j + 1, q[u].y);
+        visit(4 * j + 2, q[u].z);
+        visit(4 * j + 3, q[u].w);
+      }
+    }
+    return;
+  }
+  for (int base = threadIdx.x; base < vocab; base += kThreads * kLoads) {
+    float q[kLoads];
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      if (base + u * kThreads < vocab) q[u] = __ldg(raw + base + u * kThreads);
+    }
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      if (base + u * kThreads >= vocab) break;
+      visit(base + u * kThreads, q[u]);
+    }
+  }
+}
+
 // ---- block-wide reductions and scans ---------------------------------------------------
 
 // Max of the raw logits, its first index, and sum exp(l - max): an online softmax state.
@@ -86,7 +143,10 @@ __device__ RowStats shfl_xor(RowStats v, int offset) {
 }
 
 struct Sum {
-  __device__ float operator()(float a, float b) const { return a + b; }
+  template <class T>
+  __device__ T operator()(T a, T b) const {
+    return a + b;
+  }
 };
 struct Min {
   __device__ int operator()(int a, int b) const { return a < b ? a : b; }
@@ -113,27 +173,28 @@ __device__ T block_reduce(T value, Op op) {
 }
 
 // Sum of `value` over the threads before this one (thread order); `total` = the block's sum.
-__device__ float block_exclusive_sum(float value, float& total) {
-  __shared__ float warp_totals[kWarps];
+template <class T>
+__device__ T block_exclusive_sum(T value, T& total) {
+  __shared__ T warp_totals[kWarps];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  float inclusive = value;
+  T inclusive = value;
   for (int offset = 1; offset < 32; offset *= 2) {
-    const float t = __shfl_up_sync(kFullMask, inclusive, offset);
+    const T t = __shfl_up_sync(kFullMask, inclusive, offset);
     if (lane >= offset) inclusive += t;
   }
-  float exclusive = __shfl_up_sync(kFullMask, inclusive, 1);
-  if (lane == 0) exclusive = 0.f;
+  T exclusive = __shfl_up_sync(kFullMask, inclusive, 1);
+  if (lane == 0) exclusive = T(0);
   if (lane == 31) warp_totals[warp] = inclusive;
   __syncthreads();
-  float warps_inclusive = warp_totals[lane];
+  T warps_inclusive = warp_totals[lane];
   for (int offset = 1; offset < 32; offset *= 2) {
-    const float t = __shfl_up_sync(kFullMask, warps_inclusive, offset);
+    const T t = __shfl_up_sync(kFullMask, warps_inclusive, offset);
     if (lane >= offset) warps_inclusive += t;
   }
-  float warps_exclusive = __shfl_up_sync(kFullMask, warps_inclusive, 1);
-  if (lane == 0) warps_exclusive = 0.f;
+  T warps_exclusive = __shfl_up_sync(kFullMask, warps_inclusive, 1);
+  if (lane == 0) warps_exclusive = T(0);
   total = __shfl_sync(kFullMask, warps_inclusive, 31);
-  const float before_warp = __shfl_sync(kFullMask, warps_exclusive, warp);
+  const T before_warp = __shfl_sync(kFullMask, warps_exclusive, warp);
   __syncthreads();
   return before_warp + exclusive;
 }
@@ -164,8 +225,24 @@ __device__ void add_to_bin(int* bins, std::uint32_t digit, int weight) {
     atomicAdd(&bins[digit], weight * __popc(same));
   }
 }
+// Masses: when the warp's elements fall in few digits (the first pass over a whole row), one
+// warp sum and one atomic per digit; otherwise one atomic per element.
 __device__ void add_to_bin(float* bins, std::uint32_t digit, float weight) {
-  if (digit < 256u) atomicAdd(&bins[digit], weight);
+  if (!__any_sync(kFullMask, digit < 256u)) return;
+  const unsigned same = __match_any_sync(kFullMask, digit);
+  const int lane = threadIdx.x % 32;
+  const unsigned leaders = __ballot_sync(kFullMask, digit < 256u && lane == __ffs(same) - 1);
+  if (__popc(leaders) > 4) {
+    if (digit < 256u) atomicAdd(&bins[digit], weight);
+    return;
+  }
+  for (unsigned rest = leaders; rest != 0u; rest &= rest - 1u) {
+    const int leader = __ffs(rest) - 1;
+    const unsigned group = __shfl_sync(kFullMask, same, leader);
+    float sum = (group >> lane) & 1u ? weight : 0.f;
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFullMask, sum, offset);
+    if (lane == leader) atomicAdd(&bins[digit], sum);
+  }
 }
 
 // Warp 0: walks the digits from 255 down, accumulating weight after `above`, and stores the
@@ -287,6 +364,74 @@ __device__ int draw_token(const Row& x, int vocab, float tau, float m, float tar
   return -1;
 }
 
+// Count and mass (p = exp(x - m)) of the elements x >= tau.
+struct KeptStats {
+  int count;
+  float mass;
+};
+template <class Row>
+__device__ KeptStats kept_stats(const Row& x, int n, float tau, float m) {
+  int count = 0;
+  float mass = 0.f;
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    const float v = x[i];
+    if (v >= tau) {
+      ++count;
+      mass += expf(v - m);
+    }
+  }
+  return {block_reduce(count, Sum{}), block_reduce(mass, Sum{})};
+}
+
+// Copies the elements x >= tau (at most kCandidates of them) into `list`, in index order.
+template <class Row>
+__device__ void compact(const Row& x, int vocab, float tau, CandidateList& list) {
+  int carry = 0;
+  for (int base = 0; base < vocab; base += kThreads * kDrawItems) {
+    const int first = base + static_cast<int>(threadIdx.x) * kDrawItems;
+    float v[kDrawItems];
+    int count = 0;
+    for (int j = 0; j < kDrawItems; ++j) {
+      v[j] = first + j < vocab ? x[first + j] : -INFINITY;
+      count += first + j < vocab && v[j] >= tau;
+    }
+    int tile_count = 0;
+    int at = carry + block_exclusive_sum(count, tile_count);
+    for (int j = 0; j < kDrawItems; ++j) {
+      if (first + j < vocab && v[j] >= tau) {
+        list.values[at] = v[j];
+        list.indices[at] = first + j;
+        ++at;
+      }
+    }
+    carry += tile_count;
+  }
+  __syncthreads();
+}
+
+// Steps 4 and 5 over x[0, n) (the row, or the short list holding every x >= the nucleus's
+// cut): the top-p cut against `nucleus_mass` (top_p * Z_a), then Z and the draw. Returns a
+// position in x, or -1 when nothing is kept (cannot happen for a valid call).
+template <class Row>
+__device__ int sample_kept(const Row& x, int n, float tau_a, float m, const SamplingParams& p, float nucleus_mass,
+                           std::uint64_t step, SelectScratch<float>& mass_scratch) {
+  float tau = tau_a;
+  if (p.top_p < 1.f) tau = fmaxf(tau, select_threshold(x, n, nucleus_mass, KeptMass{tau_a, m}, mass_scratch));
+  float z = 0.f;
+  int last_kept = -1;  // the fallback when rounding runs past the end: the last kept p > 0
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    const float v = x[i];
+    if (v < tau) continue;
+    const float w = expf(v - m);
+    z += w;
+    if (w > 0.f) last_kept = i;
+  }
+  z = block_reduce(z, Sum{});
+  last_kept = block_reduce(last_kept, Max{});
+  const int drawn = draw_token(x, n, tau, m, sample::sampling_uniform(p.seed, step) * z);
+  return drawn >= 0 ? drawn : last_kept;
+}
+
 // ---- the kernel ------------------------------------------------------------------------
 
 template <bool kCached>
@@ -296,14 +441,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ float cached[];
   __shared__ SelectScratch<int> count_scratch;
   __shared__ SelectScratch<float> mass_scratch;
+  __shared__ CandidateList list;
   const int row = blockIdx.x;
   const float* raw = logits + static_cast<std::int64_t>(row) * vocab;
   const SamplingParams p = params[row];
   const bool greedy = !(p.temperature > 0.f);  // 0 (validated on the host)
 
   RowStats stats{-INFINITY, INT_MAX, 0.f};
-  for (int i = threadIdx.x; i < vocab; i += kThreads) {
-    const float l = raw[i];
+  for_each_raw(raw, vocab, [&](int i, float l) {
     if (l > stats.max) {
       stats.sum = stats.sum * expf(stats.max - l) + 1.f;
       stats.max = l;
@@ -314,7 +459,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if constexpr (kCached) {
       if (!greedy) cached[i] = sample::scaled_logit(l, p.temperature);
     }
-  }
+  });
   stats = block_reduce(stats, Merge{});  // its barrier also publishes `cached`
   if (stats.argmax >= vocab) stats.argmax = 0;  // an all -inf row (rejected by the CPU twin)
   const float log_normalizer = stats.max + logf(stats.sum);
@@ -333,28 +478,27 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float m = sample::scaled_logit(stats.max, p.temperature);  // division is monotonic: = max x
   float tau = sample::min_p_threshold(m, p.min_p);
   if (p.top_k > 0 && p.top_k < vocab) tau = fmaxf(tau, select_threshold(x, vocab, p.top_k, CountAll{}, count_scratch));
-  if (p.top_p < 1.f) {
-    const KeptMass kept{tau, m};
-    float kept_mass = 0.f;
-    for (int i = threadIdx.x; i < vocab; i += kThreads) kept_mass += kept(x[i]);
-    kept_mass = block_reduce(kept_mass, Sum{});
-    tau = fmaxf(tau, select_threshold(x, vocab, p.top_p * kept_mass, kept, mass_scratch));
+  const KeptStats kept = kept_stats(x, vocab, tau, m);
+  const float nucleus_mass = p.top_p * kept.mass;
+  float list_floor = tau;  // the short list holds x >= list_floor
+  int floor_count = kept.count;
+  if (p.top_p < 1.f && kept.count > kCandidates) {  // do the kCandidates largest hold the nucleus?
+    const float largest = fmaxf(tau, select_threshold(x, vocab, kCandidates, CountAll{}, count_scratch));
+    const KeptStats top = kept_stats(x, vocab, largest, m);
+    if (top.count <= kCandidates && top.mass >= nucleus_mass) {
+      list_floor = largest;
+      floor_count = top.count;
+    }
   }
-
-  float z = 0.f;
-  int last_kept = -1;  // the fallback when rounding runs past the end: the last kept p > 0
-  for (int i = threadIdx.x; i < vocab; i += kThreads) {
-    const float v = x[i];
-    if (v < tau) continue;
-    const float w = expf(v - m);
-    z += w;
-    if (w > 0.f) last_kept = i;
+  int token = -1;
+  if (floor_count <= kCandidates) {
+    compact(x, vocab, list_floor, list);
+    const int at = sample_kept(ListRow{list.values}, floor_count, tau, m, p, nucleus_mass, steps[row], mass_scratch);
+    if (at >= 0) token = list.indices[at];
+  } else {
+    token = sample_kept(x, vocab, tau, m, p, nucleus_mass, steps[row], mass_scratch);
   }
-  z = block_reduce(z, Sum{});
-  last_kept = block_reduce(last_kept, Max{});
-  const float target = sample::sampling_uniform(p.seed, steps[row]) * z;
-  const int token = draw_token(x, vocab, tau, m, target);
-  finish(token >= 0 ? token : (last_kept >= 0 ? last_kept : stats.argmax));
+  finish(token >= 0 ? token : stats.argmax);
 }
 
 // Floats of a row the cached kernel holds in shared memory on the current device; raises the
