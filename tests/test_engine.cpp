@@ -280,3 +280,40 @@ TEST(Engine, NoneModeKeepsTheProjectionsAndRuns) {
 
 }  // namespace
 }  // namespace hydragen
+
+namespace hydragen {
+namespace {
+
+// The paper's one-level baseline: sharing limited to the root prefix (the problem is copied
+// into each sample's own pages) gives the same tokens as two-level sharing, and stores more.
+TEST(Engine, SharingLimitedToARootPrefixGivesTheSameTokensAndStoresMore) {
+  const test::FixtureModel m = test::load_fixture_model("tiny-llama-d64");
+  std::mt19937 rng(17);
+  const auto fewshot = test::random_tokens(rng, 60, 512);
+  std::vector<engine::GenerationRequest> requests;
+  for (int p = 0; p < 3; ++p) {
+    auto prompt = fewshot;
+    const auto problem = test::random_tokens(rng, 25 + p, 512);
+    prompt.insert(prompt.end(), problem.begin(), problem.end());
+    engine::GenerationRequest r = test::greedy_request(prompt, 7, 4);
+    r.sampling = {0.8f, 0, 1.f, 0.f, 1000u + p};
+    requests.push_back(r);
+  }
+  engine::RunnerOptions options;
+  options.kv_pages = 256;
+  options.page_size = 16;
+  auto runner = engine::make_cpu_runner(m.config, m.weights, options);
+  engine::Engine two_level(*runner, {});
+  const auto expected = two_level.generate(requests);
+  for (auto& r : requests) r.max_shared_tokens = 60;
+  engine::Engine one_level(*runner, {});
+  const auto out = one_level.generate(requests);
+  for (std::size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i].tokens, expected[i].tokens) << i;
+  // Each of the 12 samples stores its problem itself instead of once per problem: the tree
+  // part of a problem is its 25..27 tokens less the prompt's last one (24 + 25 + 26 = 3 x 25).
+  EXPECT_EQ(one_level.stats().stored_tokens - two_level.stats().stored_tokens, (4 - 1) * 3 * 25);
+  EXPECT_EQ(one_level.stats().per_sequence_tokens, two_level.stats().per_sequence_tokens);
+}
+
+}  // namespace
+}  // namespace hydragen

@@ -58,19 +58,23 @@ class LayoutBuilder {
 // One generation stream. Its prompt's first len-1 tokens live in the tree (shared with every
 // prompt that starts the same way); the last prompt token is its first decode input, so a
 // fully cached prompt still yields the logits of its next token. Its own pages hold that
-// token and what it generates (dense: a copy of the whole prompt first).
+// token and what it generates. A sequence reads only the first `shared_tokens` of its prompt
+// from the tree; the rest is copied into its own pages after prefill (dense: shared_tokens =
+// 0, the whole prompt; GenerationRequest::max_shared_tokens: one-level sharing).
 struct Engine::Sequence {
   std::size_t completion = 0;
   const GenerationRequest* request = nullptr;
   sample::SamplingParams params;
   kv::NodeId leaf = -1;  // the tree node holding prompt[len-2]; -1: reads no tree segment
-  std::int64_t tree_tokens = 0;
+  std::int64_t tree_tokens = 0;    // prompt tokens in the tree: all but the last
+  std::int64_t shared_tokens = 0;  // of those, read from the tree; the rest are copied
+
   std::vector<std::int32_t> pages;
   std::int64_t own_tokens = 0;  // tokens whose K/V is in `pages`
   std::int32_t next_token = 0;
-  bool dense_copied = false;
+  bool copied = false;  // the unshared part of the prompt is in its own pages
 
-  std::int64_t context() const { return (leaf >= 0 ? tree_tokens : 0) + own_tokens; }
+  std::int64_t context() const { return (leaf >= 0 ? shared_tokens : 0) + own_tokens; }
 };
 
 Engine::Engine(ModelRunner& runner, EngineOptions options)
@@ -104,8 +108,7 @@ std::size_t Engine::submit(const GenerationRequest& request, int request_index) 
       HG_CHECK(end > 0 && end <= static_cast<std::int64_t>(request.prompt.size()), "segment end ", end,
                " is outside the prompt's ", request.prompt.size(), " tokens");
     const auto prompt = static_cast<std::int64_t>(request.prompt.size());
-    const std::int64_t own = options_.attention == AttentionChoice::dense ? prompt - 1 + request.max_new_tokens
-                                                                          : request.max_new_tokens;
+    const std::int64_t own = prompt - 1 - shared_tokens_of(request) + request.max_new_tokens;
     const std::int64_t pages = ceil_div(prompt - 1, pool_.page_size()) + ceil_div(own, pool_.page_size());
     HG_CHECK(pages <= pool_.num_pages(), "the prompt (", prompt, " tokens) and max_new_tokens (",
              request.max_new_tokens, ") need ", pages, " KV pages, the pool has ", pool_.num_pages());
@@ -130,10 +133,17 @@ std::size_t Engine::submit(const GenerationRequest& request, int request_index) 
     seq->params = stored.sampling;
     seq->params.seed = stored.sampling.seed + static_cast<std::uint64_t>(i);
     seq->tree_tokens = static_cast<std::int64_t>(stored.prompt.size()) - 1;
+    seq->shared_tokens = shared_tokens_of(stored);
     seq->next_token = stored.prompt.back();
     waiting_.push_back(std::move(seq));
   }
   return first;
+}
+
+std::int64_t Engine::shared_tokens_of(const GenerationRequest& request) const {
+  const auto tree_tokens = static_cast<std::int64_t>(request.prompt.size()) - 1;
+  if (options_.attention == AttentionChoice::dense) return 0;
+  return request.max_shared_tokens < 0 ? tree_tokens : std::min(tree_tokens, request.max_shared_tokens);
 }
 
 bool Engine::try_admit(Sequence& seq) {
@@ -142,14 +152,16 @@ bool Engine::try_admit(Sequence& seq) {
   for (std::int64_t end : seq.request->segment_ends)  // pinned boundaries: their prefixes first
     if (end > 0 && end < seq.tree_tokens && !tree_->insert(prompt.first(static_cast<std::size_t>(end))))
       return false;
+  if (seq.shared_tokens > 0 && seq.shared_tokens < seq.tree_tokens &&
+      !tree_->insert(prompt.first(static_cast<std::size_t>(seq.shared_tokens))))  // a boundary where sharing ends
+    return false;
   if (seq.tree_tokens > 0) {
     auto inserted = tree_->insert(std::span(seq.request->prompt).first(static_cast<std::size_t>(seq.tree_tokens)));
     if (!inserted) return false;
     path = std::move(*inserted);
     tree_->lock(path);
   }
-  const bool dense = options_.attention == AttentionChoice::dense;
-  const std::int64_t own = (dense ? seq.tree_tokens : 0) + seq.request->max_new_tokens;
+  const std::int64_t own = seq.tree_tokens - seq.shared_tokens + seq.request->max_new_tokens;
   const std::int64_t pages = ceil_div(own, pool_.page_size());
   auto allocated = pool_.allocate(pages);
   if (!allocated && tree_->make_room(pages)) allocated = pool_.allocate(pages);
@@ -191,25 +203,31 @@ std::int64_t Engine::admit_and_prefill() {
     prefill(unfilled);
     stats_.prefill_seconds += seconds_since(start);
   }
-  if (options_.attention == AttentionChoice::dense) {  // each sequence takes its own copy of its prompt
-    std::vector<std::int32_t> src, dst;
-    for (Sequence* seq : admitted) {
-      if (seq->leaf < 0) continue;
-      std::int64_t at = 0;
-      for (kv::NodeId id : tree_->path_to(seq->leaf)) {
-        const kv::RadixNode& node = tree_->node(id);
-        for (std::size_t i = 0; i < node.tokens.size(); ++i, ++at) {
-          src.push_back(slot_of(node.pages, node.first_slot, static_cast<std::int64_t>(i), pool_.page_size()));
-          dst.push_back(slot_of(seq->pages, 0, at, pool_.page_size()));
-        }
+  // Each sequence copies the part of its prompt it does not share into its own pages, then
+  // holds the tree only down to where its sharing ends.
+  std::vector<std::int32_t> src, dst;
+  for (Sequence* seq : admitted) {
+    if (seq->leaf < 0 || seq->shared_tokens == seq->tree_tokens) continue;
+    const std::vector<kv::NodeId> path = tree_->path_to(seq->leaf);
+    kv::NodeId boundary = -1;
+    std::int64_t at = 0;
+    for (kv::NodeId id : path) {
+      const kv::RadixNode& node = tree_->node(id);
+      if (node.depth_tokens + static_cast<std::int64_t>(node.tokens.size()) == seq->shared_tokens) boundary = id;
+      for (std::size_t i = 0; i < node.tokens.size(); ++i, ++at) {
+        if (at < seq->shared_tokens) continue;
+        src.push_back(slot_of(node.pages, node.first_slot, static_cast<std::int64_t>(i), pool_.page_size()));
+        dst.push_back(slot_of(seq->pages, 0, at - seq->shared_tokens, pool_.page_size()));
       }
-      tree_->unlock(tree_->path_to(seq->leaf));
-      seq->leaf = -1;
-      seq->own_tokens = seq->tree_tokens;
-      seq->dense_copied = true;
     }
-    if (!src.empty()) runner_.copy_slots(src, dst);
+    HG_CHECK(seq->shared_tokens == 0 || boundary >= 0, "Engine: no tree node ends where sharing ends");
+    if (boundary >= 0) tree_->lock(tree_->path_to(boundary));
+    tree_->unlock(path);
+    seq->leaf = boundary;
+    seq->own_tokens = seq->tree_tokens - seq->shared_tokens;
+    seq->copied = true;
   }
+  if (!src.empty()) runner_.copy_slots(src, dst);
   stats_.peak_running = std::max(stats_.peak_running, running());
   stats_.peak_kv_pages = std::max(stats_.peak_kv_pages, pool_.peak_used_pages());
   return running();

@@ -29,6 +29,10 @@ struct GenerationRequest {
   // An explicit sharing spec: prompt token counts where the tree must have a segment
   // boundary (e.g. after a system prompt, after a document), besides the automatic ones.
   std::vector<std::int64_t> segment_ends;
+  // Read at most this many prompt tokens from the shared tree (-1: all); the rest of the
+  // prompt is copied into the sequence's own pages: sharing limited to a root prefix, as
+  // the paper's one-level baseline of its two-level experiment.
+  std::int64_t max_shared_tokens = -1;
 };
 
 struct Completion {
@@ -86,6 +90,7 @@ class Engine {
  private:
   struct Sequence;
   bool try_admit(Sequence& seq);
+  std::int64_t shared_tokens_of(const GenerationRequest& request) const;
   void prefill(const std::vector<kv::NodeId>& nodes);
   void finish(Sequence& seq, const char* reason);
   bool hit_stop_string(const Sequence& seq) const;
