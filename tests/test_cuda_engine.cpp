@@ -38,15 +38,20 @@ TEST(CudaEngine, GreedyEqualsTransformersInEveryModeWithAndWithoutGraphs) {
     requests.push_back(test::greedy_request(m.reference["prompts"][g["prompt_index"].get<int>()].get<std::vector<std::int32_t>>(), 32));
     expected.push_back(g["tokens"].get<std::vector<std::int32_t>>());
   }
+  // Prefill chunks of 7 tokens put causal masks inside the shared kernel's tiles, fully
+  // masked pieces included.
   for (bool graphs : {true, false})
     for (int page_size : {16, 64})
-      for (AttentionChoice mode : {AttentionChoice::hydragen, AttentionChoice::paged, AttentionChoice::dense}) {
-        auto runner = cuda_runner(m, graphs, page_size);
-        const auto out = test::run_engine(*runner, requests, with(mode));
-        for (std::size_t i = 0; i < out.size(); ++i)
-          EXPECT_EQ(out[i].tokens, expected[i]) << engine::choice_name(mode) << " graphs " << graphs << " page "
-                                                << page_size << " prompt " << i;
-      }
+      for (std::int64_t chunk : {2048, 7})
+        for (AttentionChoice mode : {AttentionChoice::hydragen, AttentionChoice::paged, AttentionChoice::dense}) {
+          auto runner = cuda_runner(m, graphs, page_size);
+          engine::EngineOptions options = with(mode);
+          options.prefill_chunk_tokens = chunk;
+          const auto out = test::run_engine(*runner, requests, options);
+          for (std::size_t i = 0; i < out.size(); ++i)
+            EXPECT_EQ(out[i].tokens, expected[i]) << engine::choice_name(mode) << " graphs " << graphs << " page "
+                                                  << page_size << " chunk " << chunk << " prompt " << i;
+        }
 }
 
 // 48 sequences under one shared prompt with their own tails. With and without CUDA graphs a

@@ -234,12 +234,18 @@ std::int64_t Engine::admit_and_prefill() {
 }
 
 // Prefills `nodes` (unfilled, parents listed before children) in waves: a wave is every
-// node whose parent is filled; a step takes the next chunk of each node of the wave, as one
-// pseudo-sequence per node whose suffix is the node itself, under its filled ancestors.
+// node whose parent is filled; a step takes the next chunk of each node of the wave. A chunk
+// attends its filled ancestors and the node's tokens up to itself (causal), all as stacked
+// segments read by the chunk's query rows.
 void Engine::prefill(const std::vector<kv::NodeId>& nodes) {
   const int ps = pool_.page_size();
   std::vector<kv::NodeId> pending = nodes;
   std::unordered_map<kv::NodeId, std::int64_t> done;  // tokens of each node prefilled so far
+  // Stack every segment, even one read by a single chunk: a prefill chunk has hundreds of
+  // query rows, which the shared kernel's tiles serve far better than the decode path.
+  attn::PlanOptions prefill_options = runner_.plan_options(AttentionMode::hydragen);
+  prefill_options.min_sharers_to_stack = 1;
+  prefill_options.min_segment_tokens_to_stack = 1;
   while (!pending.empty()) {
     std::vector<kv::NodeId> wave;
     for (kv::NodeId id : pending) {
@@ -258,12 +264,18 @@ void Engine::prefill(const std::vector<kv::NodeId>& nodes) {
         const std::int64_t len = std::min<std::int64_t>(static_cast<std::int64_t>(node.tokens.size()) - begin,
                                                         options_.prefill_chunk_tokens - rows.size());
         const int parent = builder.segment(node.parent);
-        // The node's own pages, as the pseudo-sequence's suffix: the tokens so far and this chunk.
+        // The node so far (this chunk included: its K/V is written before attention) is a
+        // segment of its own; a pseudo-sequence with an empty suffix holds the chunk's query
+        // rows, causal by position. Every prefill segment is stacked (see below), so the
+        // whole prefill runs on the shared-segment kernel's large row tiles.
+        attn::PagedLayout::SegmentPages self;
+        self.parent = parent;
+        self.tokens = begin + len;
+        self.first_slot = node.first_slot;
+        self.pages.assign(node.pages.begin(), node.pages.begin() + ceil_div(node.first_slot + begin + len, ps));
+        builder.layout.segments.push_back(std::move(self));
         attn::PagedLayout::SequencePages seq;
-        seq.parent = parent;
-        seq.suffix_tokens = begin + len;
-        seq.first_slot = node.first_slot;
-        seq.pages.assign(node.pages.begin(), node.pages.begin() + ceil_div(node.first_slot + begin + len, ps));
+        seq.parent = static_cast<int>(builder.layout.segments.size()) - 1;
         seq.query_tokens = static_cast<int>(len);
         builder.layout.sequences.push_back(std::move(seq));
         for (std::int64_t i = begin; i < begin + len; ++i) {
@@ -275,7 +287,7 @@ void Engine::prefill(const std::vector<kv::NodeId>& nodes) {
       }
       std::optional<attn::AttentionPlan> plan;
       if (options_.attention != AttentionChoice::none)
-        plan = attn::build_attention_plan(builder.layout, runner_.plan_options(AttentionMode::hydragen));
+        plan = attn::build_attention_plan(builder.layout, prefill_options);
       runner_.step(rows, plan ? &*plan : nullptr, nullptr);
       stats_.prefill_tokens += rows.size();
       for (kv::NodeId id : finished) {
