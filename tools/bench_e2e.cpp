@@ -41,8 +41,14 @@ struct E2eOptions {
   double full_seconds = 20;         // auto: run every step when that takes less than this
   int sample_points = 5;            // sampled: steps timed, spread over the suffix lengths
   std::string json_path;
-  std::string kv_memory;            // CPU: pool size; CUDA: free memory after weights
   std::uint64_t seed = 1;
+  std::string scenario = "sweep";   // sweep | docqa | two-level
+  // docqa: one document, B questions about it (the paper: 20K tokens, Yi-6B-200k)
+  std::int64_t doc_tokens = 20000, question_tokens = 32;
+  std::string questions = "32,64,128,256";
+  // two-level: few-shot prompt -> problems -> samples (the paper: 2.4K, 300, 128, CodeLlama-7b)
+  std::int64_t fewshot_tokens = 2400, problem_tokens = 300, samples = 128;
+  std::string problems = "1,2,3,4";
 };
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
@@ -87,23 +93,34 @@ struct PointResult {
   double tokens_per_s = 0;
 };
 
-PointResult run_point(engine::ModelRunner& runner, const ModelConfig& config, engine::AttentionChoice mode,
-                      std::int64_t batch, std::int64_t prefix, const E2eOptions& o) {
-  nlohmann::json row{{"mode", engine::choice_name(mode)}, {"batch", batch}, {"prefix", prefix},
-                     {"new_tokens", o.new_tokens}};
+std::vector<std::int32_t> random_prompt(std::mt19937& rng, const ModelConfig& config, std::int64_t tokens) {
+  std::uniform_int_distribution<std::int32_t> token(3, static_cast<std::int32_t>(config.vocab_size) - 1);
+  std::vector<std::int32_t> out;
+  for (std::int64_t i = 0; i < tokens; ++i) out.push_back(token(rng));
+  return out;
+}
+
+engine::GenerationRequest sampled_request(std::vector<std::int32_t> prompt, std::int64_t n, const E2eOptions& o) {
+  engine::GenerationRequest request;
+  request.prompt = std::move(prompt);
+  request.n = static_cast<int>(n);
+  request.max_new_tokens = o.new_tokens;
+  request.sampling.temperature = 1.f;
+  request.sampling.seed = o.seed;
+  return request;
+}
+
+// Prefills `requests` (`batch` sequences in all) and times their decode; a row that says
+// "skipped" when they do not all fit the KV pool at once.
+PointResult time_generation(engine::ModelRunner& runner, engine::AttentionChoice mode,
+                            const std::vector<engine::GenerationRequest>& requests, std::int64_t batch,
+                            const E2eOptions& o) {
+  nlohmann::json row{{"mode", engine::choice_name(mode)}, {"batch", batch}, {"new_tokens", o.new_tokens}};
   engine::EngineOptions eo;
   eo.attention = mode;
   eo.max_running = batch;
   engine::Engine engine(runner, eo);
-  engine::GenerationRequest request;
-  std::mt19937 rng(static_cast<std::uint32_t>(o.seed + prefix));
-  std::uniform_int_distribution<std::int32_t> token(3, static_cast<std::int32_t>(config.vocab_size) - 1);
-  for (std::int64_t i = 0; i < prefix; ++i) request.prompt.push_back(token(rng));
-  request.n = static_cast<int>(batch);
-  request.max_new_tokens = o.new_tokens;
-  request.sampling.temperature = 1.f;
-  request.sampling.seed = o.seed;
-  engine.submit(request, 0);
+  for (std::size_t r = 0; r < requests.size(); ++r) engine.submit(requests[r], static_cast<int>(r));
   const std::int64_t running = engine.admit_and_prefill();
   row["prefill_s"] = engine.stats().prefill_seconds;
   if (running < batch) {
@@ -150,9 +167,81 @@ PointResult run_point(engine::ModelRunner& runner, const ModelConfig& config, en
     row["sample_steps"] = points;
   }
   row["step_ms"] = mean * 1e3;
+  row["decode_s"] = mean * double(steps);
   if (timed_step.device_seconds > 0) row["device_step_ms"] = timed_step.device_seconds / timed_step.steps * 1e3;
   row["tokens_per_s"] = double(batch) / mean;
   return {row, double(batch) / mean};
+}
+
+void print_scenario_row(const std::string& preset, const nlohmann::json& row) {
+  const bool skipped = row["skipped"].get<bool>();
+  std::printf("%-14s %-10s %-9s %6lld %10s %10s %9s %9s %s\n", preset.c_str(), row["case"].get<std::string>().c_str(),
+              row["mode"].get<std::string>().c_str(), static_cast<long long>(row["batch"].get<std::int64_t>()),
+              skipped ? "X" : std::to_string(row["step_ms"].get<double>()).substr(0, 8).c_str(),
+              skipped ? "X" : std::to_string(static_cast<long long>(row["tokens_per_s"].get<double>())).c_str(),
+              std::to_string(row["prefill_s"].get<double>()).substr(0, 7).c_str(),
+              skipped ? "X" : std::to_string(row["prefill_s"].get<double>() + row["decode_s"].get<double>()).substr(0, 7).c_str(),
+              skipped ? row["skip_reason"].get<std::string>().c_str() : (row["sampled"].get<bool>() ? "sampled" : ""));
+  std::fflush(stdout);
+}
+
+// Long-document QA: B questions (own tokens each) about one shared document; total time =
+// prefill (the document once, the questions) + decode.
+void run_docqa(engine::ModelRunner& runner, const ModelConfig& config, const std::string& preset,
+               const std::vector<engine::AttentionChoice>& modes, const E2eOptions& o, nlohmann::json& rows) {
+  std::mt19937 rng(static_cast<std::uint32_t>(o.seed));
+  const std::vector<std::int32_t> doc = random_prompt(rng, config, o.doc_tokens);
+  for (std::int64_t questions : cli::parse_count_list(o.questions, "--questions")) {
+    std::vector<engine::GenerationRequest> requests;
+    for (std::int64_t q = 0; q < questions; ++q) {
+      std::vector<std::int32_t> prompt = doc;
+      const std::vector<std::int32_t> question = random_prompt(rng, config, o.question_tokens);
+      prompt.insert(prompt.end(), question.begin(), question.end());
+      requests.push_back(sampled_request(std::move(prompt), 1, o));
+    }
+    for (engine::AttentionChoice mode : modes) {
+      PointResult r = time_generation(runner, mode, requests, questions, o);
+      r.row["case"] = "docqa";
+      r.row["preset"] = preset;
+      r.row["doc_tokens"] = o.doc_tokens;
+      r.row["question_tokens"] = o.question_tokens;
+      if (!r.row["skipped"].get<bool>()) r.row["total_s"] = r.row["prefill_s"].get<double>() + r.row["decode_s"].get<double>();
+      print_scenario_row(preset, r.row);
+      rows.push_back(r.row);
+    }
+  }
+}
+
+// Two-level sharing: few-shot prompt -> P problems -> `samples` samples each, hydragen with the
+// whole tree shared ("two-level") against sharing only the few-shot prompt ("one-level", the
+// problem copied into each sample's own pages).
+void run_two_level(engine::ModelRunner& runner, const ModelConfig& config, const std::string& preset,
+                   const E2eOptions& o, nlohmann::json& rows) {
+  std::mt19937 rng(static_cast<std::uint32_t>(o.seed));
+  const std::vector<std::int32_t> fewshot = random_prompt(rng, config, o.fewshot_tokens);
+  for (std::int64_t problems : cli::parse_count_list(o.problems, "--problems")) {
+    std::vector<engine::GenerationRequest> requests;
+    for (std::int64_t p = 0; p < problems; ++p) {
+      std::vector<std::int32_t> prompt = fewshot;
+      const std::vector<std::int32_t> problem = random_prompt(rng, config, o.problem_tokens);
+      prompt.insert(prompt.end(), problem.begin(), problem.end());
+      requests.push_back(sampled_request(std::move(prompt), o.samples, o));
+    }
+    for (const char* level : {"two-level", "one-level"}) {
+      std::vector<engine::GenerationRequest> shaped = requests;
+      if (std::string(level) == "one-level")
+        for (engine::GenerationRequest& r : shaped) r.max_shared_tokens = o.fewshot_tokens;
+      PointResult r = time_generation(runner, engine::AttentionChoice::hydragen, shaped, problems * o.samples, o);
+      r.row["case"] = level;
+      r.row["preset"] = preset;
+      r.row["problems"] = problems;
+      r.row["fewshot_tokens"] = o.fewshot_tokens;
+      r.row["problem_tokens"] = o.problem_tokens;
+      r.row["samples"] = o.samples;
+      print_scenario_row(preset, r.row);
+      rows.push_back(r.row);
+    }
+  }
 }
 
 void run_e2e(const E2eOptions& o) {
@@ -178,7 +267,14 @@ void run_e2e(const E2eOptions& o) {
   report["settings"] = {{"new_tokens", o.new_tokens}, {"steps", o.steps}, {"full_seconds", o.full_seconds},
                         {"sample_points", o.sample_points}, {"sampling", "temperature 1, seed per sequence"},
                         {"throughput", "decode tokens/s excluding prefill and one warm-up step"}};
+  report["settings"]["scenario"] = o.scenario;
+  HG_CHECK(o.scenario == "sweep" || o.scenario == "docqa" || o.scenario == "two-level",
+           "--scenario: expected sweep, docqa or two-level, got '", o.scenario, "'");
   nlohmann::json rows = nlohmann::json::array();
+  if (o.scenario != "sweep")
+    std::printf("%-14s %-10s %-9s %6s %10s %10s %9s %9s %s\n", "preset", "case", "mode", "batch", "step_ms", "tok/s",
+                "prefill_s", "total_s", "note");
+  else
   std::printf("%-14s %-9s %6s %7s %10s %10s %10s %9s %8s %8s %s\n", "preset", "mode", "batch", "prefix", "step_ms",
               "device_ms", "tok/s", "floor", "of_floor", "vs_paged", "note");
   for (const std::string& preset : cli::parse_word_list(o.presets, "--presets")) {
@@ -189,12 +285,22 @@ void run_e2e(const E2eOptions& o) {
         o.device == "cuda" ? engine::make_cuda_runner(config, random_weights(config, o.seed, DType::bf16, Device::cuda), ro)
                            : engine::make_cpu_runner(config, random_weights(config, o.seed), ro);
     const double per_token = double(runner->kv_bytes_per_token());
+    if (o.scenario != "sweep") {
+      if (o.scenario == "docqa") run_docqa(*runner, config, preset, modes, o, rows);
+      else run_two_level(*runner, config, preset, o, rows);
+      report["rows"] = rows;
+      if (!o.json_path.empty()) write_json_file(o.json_path, report);
+      continue;
+    }
     for (std::int64_t prefix : prefixes)
       for (std::int64_t batch : batches) {
         std::vector<PointResult> point;
         double none_step = 0, paged_tps = 0;
         for (engine::AttentionChoice mode : modes) {
-          PointResult r = run_point(*runner, config, mode, batch, prefix, o);
+          std::mt19937 rng(static_cast<std::uint32_t>(o.seed + prefix));
+          PointResult r = time_generation(*runner, mode, {sampled_request(random_prompt(rng, config, prefix), batch, o)},
+                                          batch, o);
+          r.row["prefix"] = prefix;
           r.row["preset"] = preset;
           if (mode == engine::AttentionChoice::none && r.tokens_per_s > 0) none_step = double(batch) / r.tokens_per_s;
           if (mode == engine::AttentionChoice::paged) paged_tps = r.tokens_per_s;
@@ -256,6 +362,14 @@ void register_bench_e2e(CLI::App& bench) {
   cmd->add_option("--sample-points", o->sample_points, "Steps timed when sampled")->capture_default_str();
   cmd->add_option("--json", o->json_path, "Write the results as JSON");
   cmd->add_option("--seed", o->seed, "Seed of weights, prompts and sampling")->capture_default_str();
+  cmd->add_option("--scenario", o->scenario, "sweep (batch x prefix), docqa, or two-level")->capture_default_str();
+  cmd->add_option("--doc-tokens", o->doc_tokens, "docqa: document length")->capture_default_str();
+  cmd->add_option("--questions", o->questions, "docqa: numbers of questions")->capture_default_str();
+  cmd->add_option("--question-tokens", o->question_tokens, "docqa: tokens per question")->capture_default_str();
+  cmd->add_option("--fewshot-tokens", o->fewshot_tokens, "two-level: root prompt length")->capture_default_str();
+  cmd->add_option("--problem-tokens", o->problem_tokens, "two-level: tokens per problem")->capture_default_str();
+  cmd->add_option("--samples", o->samples, "two-level: samples per problem")->capture_default_str();
+  cmd->add_option("--problems", o->problems, "two-level: numbers of problems")->capture_default_str();
   cmd->callback([o] { run_e2e(*o); });
 }
 
