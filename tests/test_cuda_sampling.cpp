@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -157,8 +158,16 @@ TEST(CudaSampling, MatchesTheCpuTwinOnRandomRows) {
       EXPECT_GE(plan.sampled, shape.rows / 2) << label << ": too few sampled rows survive the margin";
       DeviceRows device(shape.rows);
       device.upload(plan);
-      device.run(logits.to(Device::cuda));
+      const Tensor device_logits = logits.to(Device::cuda);
+      device.run(device_logits);
       expect_matches_cpu(logits, plan, device, label);
+      // Run to run, the device gives the same bits (no float atomics).
+      const Tensor tokens = device.tokens.to(Device::cpu), logprobs = device.logprobs.to(Device::cpu);
+      device.upload(plan);
+      device.run(device_logits);
+      const Tensor again_tokens = device.tokens.to(Device::cpu), again_logprobs = device.logprobs.to(Device::cpu);
+      EXPECT_EQ(std::memcmp(tokens.raw(), again_tokens.raw(), tokens.bytes()), 0) << label;
+      EXPECT_EQ(std::memcmp(logprobs.raw(), again_logprobs.raw(), logprobs.bytes()), 0) << label;
     }
   }
 #endif

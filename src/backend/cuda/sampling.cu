@@ -17,7 +17,8 @@
 //   5. Z over x >= tau, then the index-order draw: tiles of 4 contiguous elements per
 //      thread, a block exclusive scan; the first index whose running sum exceeds u * Z.
 // No sort, no global scratch: thresholds come out exact (order statistics over float bits),
-// only the sums run in another order than on the CPU.
+// only the sums run in another order than on the CPU. No float atomics either (top-p masses
+// are summed in fixed point), so a row gives the same result on every run.
 #include "backend/cuda/sampling.h"
 
 #include <cuda_runtime.h>
@@ -138,6 +139,9 @@ __device__ RowStats merge(RowStats a, RowStats b) {
 
 __device__ float shfl_xor(float v, int offset) { return __shfl_xor_sync(kFullMask, v, offset); }
 __device__ int shfl_xor(int v, int offset) { return __shfl_xor_sync(kFullMask, v, offset); }
+__device__ unsigned long long shfl_xor(unsigned long long v, int offset) {
+  return __shfl_xor_sync(kFullMask, v, offset);
+}
 __device__ RowStats shfl_xor(RowStats v, int offset) {
   return {shfl_xor(v.max, offset), shfl_xor(v.argmax, offset), shfl_xor(v.sum, offset)};
 }
@@ -208,13 +212,19 @@ struct SelectScratch {
   std::uint32_t digit;  // the walk's result: the chosen digit
 };
 
+// Probability mass in fixed point, p * 2^32 rounded: integer sums do not depend on the order
+// of the atomics, so a row's top-p cut is the same on every run (float atomics would not be).
+// A row sums to at most vocab * 2^32 < 2^62; p below 2^-33 of the max counts as 0.
+using Mass = unsigned long long;
+__device__ Mass to_mass(float p) { return __float2ull_rn(p * 4294967296.f); }
+
 // Element weights: every element counts 1 (top-k), or p = exp(x - m) over x >= tau (top-p).
 struct CountAll {
   __device__ int operator()(float) const { return 1; }
 };
 struct KeptMass {
   float tau, m;
-  __device__ float operator()(float v) const { return v >= tau ? expf(v - m) : 0.f; }
+  __device__ Mass operator()(float v) const { return v >= tau ? to_mass(expf(v - m)) : 0ull; }
 };
 
 // Counts: one atomic per distinct digit of the warp (the top digits of nearby logits collide).
@@ -227,7 +237,7 @@ __device__ void add_to_bin(int* bins, std::uint32_t digit, int weight) {
 }
 // Masses: when the warp's elements fall in few digits (the first pass over a whole row), one
 // warp sum and one atomic per digit; otherwise one atomic per element.
-__device__ void add_to_bin(float* bins, std::uint32_t digit, float weight) {
+__device__ void add_to_bin(Mass* bins, std::uint32_t digit, Mass weight) {
   if (!__any_sync(kFullMask, digit < 256u)) return;
   const unsigned same = __match_any_sync(kFullMask, digit);
   const int lane = threadIdx.x % 32;
@@ -239,15 +249,15 @@ __device__ void add_to_bin(float* bins, std::uint32_t digit, float weight) {
   for (unsigned rest = leaders; rest != 0u; rest &= rest - 1u) {
     const int leader = __ffs(rest) - 1;
     const unsigned group = __shfl_sync(kFullMask, same, leader);
-    float sum = (group >> lane) & 1u ? weight : 0.f;
+    Mass sum = (group >> lane) & 1u ? weight : 0ull;
     for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFullMask, sum, offset);
     if (lane == leader) atomicAdd(&bins[digit], sum);
   }
 }
 
 // Warp 0: walks the digits from 255 down, accumulating weight after `above`, and stores the
-// first non-empty digit at which the total reaches `target` (if float rounding never gets
-// there, the lowest non-empty digit: keep everything). Lane l holds digits 255-8l..248-8l.
+// first non-empty digit at which the total reaches `target` (if it never does, the lowest
+// non-empty digit: keep everything). Lane l holds digits 255-8l..248-8l.
 template <class W>
 __device__ void walk_digits(SelectScratch<W>& s, W above, W target) {
   const int lane = threadIdx.x;
@@ -364,20 +374,21 @@ __device__ int draw_token(const Row& x, int vocab, float tau, float m, float tar
   return -1;
 }
 
-// Count and mass (p = exp(x - m)) of the elements x >= tau.
+// Count and mass (fixed point, as the top-p select weighs it) of the elements x >= tau.
 struct KeptStats {
   int count;
-  float mass;
+  Mass mass;
 };
 template <class Row>
 __device__ KeptStats kept_stats(const Row& x, int n, float tau, float m) {
   int count = 0;
-  float mass = 0.f;
+  Mass mass = 0;
+  const KeptMass weight{tau, m};
   for (int i = threadIdx.x; i < n; i += kThreads) {
     const float v = x[i];
     if (v >= tau) {
       ++count;
-      mass += expf(v - m);
+      mass += weight(v);
     }
   }
   return {block_reduce(count, Sum{}), block_reduce(mass, Sum{})};
@@ -413,8 +424,8 @@ __device__ void compact(const Row& x, int vocab, float tau, CandidateList& list)
 // cut): the top-p cut against `nucleus_mass` (top_p * Z_a), then Z and the draw. Returns a
 // position in x, or -1 when nothing is kept (cannot happen for a valid call).
 template <class Row>
-__device__ int sample_kept(const Row& x, int n, float tau_a, float m, const SamplingParams& p, float nucleus_mass,
-                           std::uint64_t step, SelectScratch<float>& mass_scratch) {
+__device__ int sample_kept(const Row& x, int n, float tau_a, float m, const SamplingParams& p, Mass nucleus_mass,
+                           std::uint64_t step, SelectScratch<Mass>& mass_scratch) {
   float tau = tau_a;
   if (p.top_p < 1.f) tau = fmaxf(tau, select_threshold(x, n, nucleus_mass, KeptMass{tau_a, m}, mass_scratch));
   float z = 0.f;
@@ -440,7 +451,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                        std::int32_t* tokens, float* logprobs) {
   extern __shared__ float cached[];
   __shared__ SelectScratch<int> count_scratch;
-  __shared__ SelectScratch<float> mass_scratch;
+  __shared__ SelectScratch<Mass> mass_scratch;
   __shared__ CandidateList list;
   const int row = blockIdx.x;
   const float* raw = logits + static_cast<std::int64_t>(row) * vocab;
@@ -479,7 +490,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   float tau = sample::min_p_threshold(m, p.min_p);
   if (p.top_k > 0 && p.top_k < vocab) tau = fmaxf(tau, select_threshold(x, vocab, p.top_k, CountAll{}, count_scratch));
   const KeptStats kept = kept_stats(x, vocab, tau, m);
-  const float nucleus_mass = p.top_p * kept.mass;
+  const Mass nucleus_mass = static_cast<Mass>(static_cast<double>(p.top_p) * static_cast<double>(kept.mass));
   float list_floor = tau;  // the short list holds x >= list_floor
   int floor_count = kept.count;
   if (p.top_p < 1.f && kept.count > kCandidates) {  // do the kCandidates largest hold the nucleus?
