@@ -38,6 +38,12 @@ inline engine::GenerationRequest greedy_request(std::vector<std::int32_t> prompt
   return r;
 }
 
+inline engine::EngineOptions with(engine::AttentionChoice attention) {
+  engine::EngineOptions o;
+  o.attention = attention;
+  return o;
+}
+
 inline std::vector<std::int32_t> random_tokens(std::mt19937& rng, std::int64_t count, std::int32_t vocab) {
   std::uniform_int_distribution<std::int32_t> token(3, vocab - 1);
   std::vector<std::int32_t> out;

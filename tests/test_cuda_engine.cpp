@@ -23,11 +23,7 @@ std::unique_ptr<engine::ModelRunner> cuda_runner(const test::FixtureModel& m, bo
   return engine::make_cuda_runner(m.config, m.weights, options);
 }
 
-engine::EngineOptions with(AttentionChoice attention) {
-  engine::EngineOptions o;
-  o.attention = attention;
-  return o;
-}
+using test::with;
 
 TEST(CudaEngine, GreedyEqualsTransformersInEveryModeWithAndWithoutGraphs) {
   SKIP_WITHOUT_GPU();

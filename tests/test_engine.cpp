@@ -23,11 +23,7 @@ std::unique_ptr<engine::ModelRunner> cpu_runner(const test::FixtureModel& m, std
   return engine::make_cpu_runner(m.config, m.weights, options);
 }
 
-engine::EngineOptions with(AttentionChoice attention) {
-  engine::EngineOptions o;
-  o.attention = attention;
-  return o;
-}
+using test::with;
 
 std::vector<std::int32_t> reference_prompt(const test::FixtureModel& m, int index) {
   return m.reference["prompts"][index].get<std::vector<std::int32_t>>();

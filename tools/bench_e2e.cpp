@@ -110,6 +110,20 @@ engine::GenerationRequest sampled_request(std::vector<std::int32_t> prompt, std:
   return request;
 }
 
+// `count` requests of `n` samples: the shared prefix + `tail_tokens` random tokens of their own.
+std::vector<engine::GenerationRequest> requests_under(const std::vector<std::int32_t>& shared, std::int64_t count,
+                                                      std::int64_t tail_tokens, std::int64_t n, std::mt19937& rng,
+                                                      const ModelConfig& config, const E2eOptions& o) {
+  std::vector<engine::GenerationRequest> requests;
+  for (std::int64_t i = 0; i < count; ++i) {
+    std::vector<std::int32_t> prompt = shared;
+    const std::vector<std::int32_t> tail = random_prompt(rng, config, tail_tokens);
+    prompt.insert(prompt.end(), tail.begin(), tail.end());
+    requests.push_back(sampled_request(std::move(prompt), n, o));
+  }
+  return requests;
+}
+
 // Prefills `requests` (`batch` sequences in all) and times their decode; a row that says
 // "skipped" when they do not all fit the KV pool at once.
 PointResult time_generation(engine::ModelRunner& runner, engine::AttentionChoice mode,
@@ -192,13 +206,8 @@ void run_docqa(engine::ModelRunner& runner, const ModelConfig& config, const std
   std::mt19937 rng(static_cast<std::uint32_t>(o.seed));
   const std::vector<std::int32_t> doc = random_prompt(rng, config, o.doc_tokens);
   for (std::int64_t questions : cli::parse_count_list(o.questions, "--questions")) {
-    std::vector<engine::GenerationRequest> requests;
-    for (std::int64_t q = 0; q < questions; ++q) {
-      std::vector<std::int32_t> prompt = doc;
-      const std::vector<std::int32_t> question = random_prompt(rng, config, o.question_tokens);
-      prompt.insert(prompt.end(), question.begin(), question.end());
-      requests.push_back(sampled_request(std::move(prompt), 1, o));
-    }
+    const std::vector<engine::GenerationRequest> requests =
+        requests_under(doc, questions, o.question_tokens, 1, rng, config, o);
     for (engine::AttentionChoice mode : modes) {
       PointResult r = time_generation(runner, mode, requests, questions, o);
       r.row["case"] = "docqa";
@@ -220,13 +229,8 @@ void run_two_level(engine::ModelRunner& runner, const ModelConfig& config, const
   std::mt19937 rng(static_cast<std::uint32_t>(o.seed));
   const std::vector<std::int32_t> fewshot = random_prompt(rng, config, o.fewshot_tokens);
   for (std::int64_t problems : cli::parse_count_list(o.problems, "--problems")) {
-    std::vector<engine::GenerationRequest> requests;
-    for (std::int64_t p = 0; p < problems; ++p) {
-      std::vector<std::int32_t> prompt = fewshot;
-      const std::vector<std::int32_t> problem = random_prompt(rng, config, o.problem_tokens);
-      prompt.insert(prompt.end(), problem.begin(), problem.end());
-      requests.push_back(sampled_request(std::move(prompt), o.samples, o));
-    }
+    const std::vector<engine::GenerationRequest> requests =
+        requests_under(fewshot, problems, o.problem_tokens, o.samples, rng, config, o);
     for (const char* level : {"two-level", "one-level"}) {
       std::vector<engine::GenerationRequest> shaped = requests;
       if (std::string(level) == "one-level")
