@@ -190,6 +190,7 @@ GenerateSummary run_generate(const GenerateOptions& o, std::FILE* out, std::FILE
   if (single) {
     if (stream) std::fputs(stream->flush().c_str(), out);
     std::fputs("\n", out);
+    std::fflush(out);  // before the summary on stderr: a terminal or a log shows them in order
   }
 
   // Completions in request order; a malformed line keeps its place with its error.
