@@ -209,6 +209,7 @@ GenerateSummary run_generate(const GenerateOptions& o, std::FILE* out, std::FILE
         line["finish_reason"] = "error";
         line["error"] = requests[r].error;
         ++summary.errors;
+        std::fflush(out);  // stdout and stderr in order when both go to one log
         std::fprintf(log, "request %zu: error: %s\n", r, requests[r].error.c_str());
       } else {
         const engine::Completion& c = engine.completions()[first_completion[r] + static_cast<std::size_t>(s)];
@@ -220,6 +221,7 @@ GenerateSummary run_generate(const GenerateOptions& o, std::FILE* out, std::FILE
         if (!c.error.empty()) {
           line["error"] = c.error;
           ++summary.errors;
+          std::fflush(out);
           std::fprintf(log, "request %zu sample %d: error: %s\n", r, s, c.error.c_str());
         } else if (!single && o.output.empty()) {
           std::fprintf(out, "=== request %zu, sample %d (%s) ===\n", r, s, c.finish_reason.c_str());
@@ -237,6 +239,7 @@ GenerateSummary run_generate(const GenerateOptions& o, std::FILE* out, std::FILE
     }
   }
 
+  std::fflush(out);
   const engine::EngineStats& st = engine.stats();
   const double kv_gib = double(st.peak_kv_pages) * runner->page_size() * runner->kv_bytes_per_token() / 1073741824.0;
   std::fprintf(log,
