@@ -184,12 +184,12 @@ std::int64_t Engine::admit_and_prefill() {
       Completion& c = completions_[seq.completion];
       c.finish_reason = "error";
       c.error = "the prompt and max_new_tokens do not fit in the KV pool";
-      waiting_.erase(waiting_.begin());
+      waiting_.pop_front();
       continue;
     }
     admitted.push_back(&seq);
     running_.push_back(std::move(waiting_.front()));
-    waiting_.erase(waiting_.begin());
+    waiting_.pop_front();
   }
   // New segments on the admitted paths, parents before children.
   std::vector<kv::NodeId> unfilled;
@@ -369,7 +369,14 @@ bool Engine::decode_step() {
 
 bool Engine::hit_stop_string(const Sequence& seq) const {
   if (seq.request->stop_strings.empty()) return false;
-  const std::string text = options_.detokenize(completions_[seq.completion].tokens);
+  // Only a stop string that ends in the newest token is new: decode a window of the last
+  // tokens long enough to hold the longest one (every token is >= 1 byte of text, and 4
+  // more keep a split multi-byte character away from where a match could start).
+  std::size_t longest = 0;
+  for (const std::string& stop : seq.request->stop_strings) longest = std::max(longest, stop.size());
+  const std::vector<std::int32_t>& tokens = completions_[seq.completion].tokens;
+  const std::size_t window = std::min(tokens.size(), longest + 4);
+  const std::string text = options_.detokenize(std::span(tokens).last(window));
   for (const std::string& stop : seq.request->stop_strings)
     if (!stop.empty() && text.find(stop) != std::string::npos) return true;
   return false;

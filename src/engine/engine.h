@@ -101,7 +101,8 @@ class Engine {
   kv::PagePool pool_;
   std::unique_ptr<kv::RadixTree> tree_;
   std::deque<GenerationRequest> requests_;  // stable addresses: sequences point into it
-  std::vector<std::unique_ptr<Sequence>> waiting_, running_;
+  std::deque<std::unique_ptr<Sequence>> waiting_;  // admitted in submission order
+  std::vector<std::unique_ptr<Sequence>> running_;
   std::vector<Completion> completions_;
   EngineStats stats_;
 };
