@@ -40,6 +40,9 @@ def sweep_figure(reports, out):
     for i, (report, preset) in enumerate(presets):
         for j, prefix in enumerate(prefixes):
             ax = axes[i][j]
+            if not any(r["prefix"] == prefix for r in report["rows"]):
+                ax.axis("off")  # this preset's sweep has no such prefix
+                continue
             for mode in MODES:
                 rows = sorted((r for r in report["rows"] if r["prefix"] == prefix and r["mode"] == mode),
                               key=lambda r: r["batch"])
