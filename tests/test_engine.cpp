@@ -170,8 +170,9 @@ TEST(Engine, MalformedRequestsFailAloneWithTheirReason) {
   GenerationRequest bad_sampling = test::greedy_request(good, 8);
   bad_sampling.sampling.top_p = 0.f;
   requests.push_back(bad_sampling);
-  requests.push_back(test::greedy_request(good, 100000));      // never fits the pool
+  requests.push_back(test::greedy_request(good, 3000));        // never fits the pool
   requests.push_back(test::greedy_request(good, 8));
+  requests.push_back(test::greedy_request(good, 5000));        // past the model's 4096 positions
   auto runner = cpu_runner(m, 64);
   const auto out = test::run_engine(*runner, requests);
   ASSERT_EQ(out.size(), requests.size());
@@ -185,6 +186,8 @@ TEST(Engine, MalformedRequestsFailAloneWithTheirReason) {
     EXPECT_NE(out[i].error.find(reasons[i - 1]), std::string::npos) << i << ": " << out[i].error;
     EXPECT_TRUE(out[i].tokens.empty());
   }
+  EXPECT_EQ(out[7].finish_reason, "error");
+  EXPECT_NE(out[7].error.find("context of 4096 positions"), std::string::npos) << out[7].error;
 }
 
 TEST(Engine, StopsAtStopTokensAndStringsAndLength) {

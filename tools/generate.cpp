@@ -200,7 +200,16 @@ GenerateSummary run_generate(const GenerateOptions& o, std::FILE* out, std::FILE
     jsonl.open(o.output);
     HG_CHECK(jsonl.good(), "--output: cannot write '", o.output, "'");
   }
-  auto text_of = [&](const std::vector<std::int32_t>& ids) { return tokenizer ? tokenizer->decode(ids, true) : std::string(); };
+  // The completion's text, cut before the first stop string it ends with (as OpenAI's API
+  // does; the tokens keep everything that was generated).
+  auto text_of = [&](const std::vector<std::int32_t>& ids, const engine::GenerationRequest& request) {
+    if (!tokenizer) return std::string();
+    std::string text = tokenizer->decode(ids, true);
+    std::size_t cut = text.size();
+    for (const std::string& stop : request.stop_strings)
+      if (!stop.empty()) cut = std::min(cut, text.find(stop));
+    return text.substr(0, cut);
+  };
   for (std::size_t r = 0; r < requests.size(); ++r) {
     const int samples = requests[r].error.empty() ? requests[r].request.n : 1;
     for (int s = 0; s < samples; ++s) {
@@ -217,7 +226,7 @@ GenerateSummary run_generate(const GenerateOptions& o, std::FILE* out, std::FILE
         line["tokens"] = c.tokens;
         line["logprobs"] = c.logprobs;
         line["finish_reason"] = c.finish_reason;
-        if (tokenizer) line["text"] = text_of(c.tokens);
+        if (tokenizer) line["text"] = text_of(c.tokens, requests[r].request);
         if (!c.error.empty()) {
           line["error"] = c.error;
           ++summary.errors;
@@ -225,7 +234,7 @@ GenerateSummary run_generate(const GenerateOptions& o, std::FILE* out, std::FILE
           std::fprintf(log, "request %zu sample %d: error: %s\n", r, s, c.error.c_str());
         } else if (!single && o.output.empty()) {
           std::fprintf(out, "=== request %zu, sample %d (%s) ===\n", r, s, c.finish_reason.c_str());
-          if (tokenizer) std::fprintf(out, "%s\n", text_of(c.tokens).c_str());
+          if (tokenizer) std::fprintf(out, "%s\n", text_of(c.tokens, requests[r].request).c_str());
           else {
             for (std::int32_t id : c.tokens) std::fprintf(out, "%d ", id);
             std::fputs("\n", out);

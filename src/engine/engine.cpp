@@ -108,6 +108,9 @@ std::size_t Engine::submit(const GenerationRequest& request, int request_index) 
       HG_CHECK(end > 0 && end <= static_cast<std::int64_t>(request.prompt.size()), "segment end ", end,
                " is outside the prompt's ", request.prompt.size(), " tokens");
     const auto prompt = static_cast<std::int64_t>(request.prompt.size());
+    HG_CHECK(config.max_position_embeddings <= 0 || prompt + request.max_new_tokens <= config.max_position_embeddings,
+             "the prompt (", prompt, " tokens) and max_new_tokens (", request.max_new_tokens,
+             ") pass the model's context of ", config.max_position_embeddings, " positions");
     const std::int64_t own = prompt - 1 - shared_tokens_of(request) + request.max_new_tokens;
     const std::int64_t pages = ceil_div(prompt - 1, pool_.page_size()) + ceil_div(own, pool_.page_size());
     HG_CHECK(pages <= pool_.num_pages(), "the prompt (", prompt, " tokens) and max_new_tokens (",
