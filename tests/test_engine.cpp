@@ -277,11 +277,6 @@ TEST(Engine, NoneModeKeepsTheProjectionsAndRuns) {
       << "without attention the tokens should differ from the model's";
 }
 
-}  // namespace
-}  // namespace hydragen
-
-namespace hydragen {
-namespace {
 
 // The paper's one-level baseline: sharing limited to the root prefix (the problem is copied
 // into each sample's own pages) gives the same tokens as two-level sharing, and stores more.
@@ -312,6 +307,37 @@ TEST(Engine, SharingLimitedToARootPrefixGivesTheSameTokensAndStoresMore) {
   // part of a problem is its 25..27 tokens less the prompt's last one (24 + 25 + 26 = 3 x 25).
   EXPECT_EQ(one_level.stats().stored_tokens - two_level.stats().stored_tokens, (4 - 1) * 3 * 25);
   EXPECT_EQ(one_level.stats().per_sequence_tokens, two_level.stats().per_sequence_tokens);
+}
+
+
+// The radix tree outlives a generate() call: a later batch that starts with a cached prompt
+// prefills only its new tokens, and gets the same tokens as a fresh engine.
+TEST(Engine, CachedPrefixesAreReusedAcrossCalls) {
+  const test::FixtureModel m = test::load_fixture_model("tiny-llama-d64");
+  std::mt19937 rng(23);
+  const auto system = test::random_tokens(rng, 90, 512);
+  auto with_tail = [&](std::int64_t tail) {
+    auto prompt = system;
+    const auto t = test::random_tokens(rng, tail, 512);
+    prompt.insert(prompt.end(), t.begin(), t.end());
+    return test::greedy_request(prompt, 5, 2);
+  };
+  const std::vector<engine::GenerationRequest> first{with_tail(10)}, second{with_tail(7), with_tail(12)};
+  engine::RunnerOptions options;
+  options.kv_pages = 128;
+  options.page_size = 16;
+  auto runner = engine::make_cpu_runner(m.config, m.weights, options);
+  engine::Engine engine(*runner, {});
+  engine.generate(first);
+  const std::int64_t after_first = engine.stats().prefill_tokens;
+  EXPECT_EQ(after_first, 90 + 10 - 1);
+  const auto out = engine.generate(second);
+  // Only the two new tails (less each prompt's last token) are prefilled.
+  EXPECT_EQ(engine.stats().prefill_tokens - after_first, (7 - 1) + (12 - 1));
+  auto fresh_runner = engine::make_cpu_runner(m.config, m.weights, options);
+  const auto fresh = test::run_engine(*fresh_runner, second);
+  ASSERT_EQ(out.size(), fresh.size());
+  for (std::size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i].tokens, fresh[i].tokens) << i;
 }
 
 }  // namespace
