@@ -51,6 +51,13 @@ inline std::vector<std::int32_t> random_tokens(std::mt19937& rng, std::int64_t c
   return out;
 }
 
+// `prefix` followed by `count` random tokens.
+inline std::vector<std::int32_t> extended(std::vector<std::int32_t> prefix, std::mt19937& rng, std::int64_t count) {
+  const std::vector<std::int32_t> tail = random_tokens(rng, count, 512);
+  prefix.insert(prefix.end(), tail.begin(), tail.end());
+  return prefix;
+}
+
 inline std::vector<engine::Completion> run_engine(engine::ModelRunner& runner,
                                                   const std::vector<engine::GenerationRequest>& requests,
                                                   engine::EngineOptions options = {}) {

@@ -63,9 +63,7 @@ TEST(CudaEngine, SharedPromptBatchAgreesAcrossModesAndGraphs) {
   const auto shared = test::random_tokens(rng, 300, 512);
   std::vector<engine::GenerationRequest> requests;
   for (int i = 0; i < 48; ++i) {
-    auto prompt = shared;
-    const auto tail = test::random_tokens(rng, 1 + i % 9, 512);
-    prompt.insert(prompt.end(), tail.begin(), tail.end());
+    auto prompt = test::extended(shared, rng, 1 + i % 9);
     requests.push_back(test::greedy_request(prompt, 4 + i % 13));
   }
   std::vector<engine::Completion> hydragen;

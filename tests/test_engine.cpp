@@ -59,9 +59,7 @@ TEST(Engine, SixtyFourSharingAPromptEqualIndependentRuns) {
   const std::vector<std::int32_t> shared = test::random_tokens(rng, 150, 512);
   std::vector<GenerationRequest> requests;
   for (int i = 0; i < 64; ++i) {
-    std::vector<std::int32_t> prompt = shared;
-    const std::vector<std::int32_t> tail = test::random_tokens(rng, i % 5 == 0 ? 0 : 1 + i % 23, 512);
-    prompt.insert(prompt.end(), tail.begin(), tail.end());
+    std::vector<std::int32_t> prompt = test::extended(shared, rng, i % 5 == 0 ? 0 : 1 + i % 23);
     if (i % 7 == 3) prompt = requests[static_cast<std::size_t>(i - 1)].prompt;  // an identical prompt
     requests.push_back(test::greedy_request(prompt, 12));
   }
@@ -138,9 +136,7 @@ TEST(Engine, SequencesWaitWhenMemoryIsShortAndNothingIsLost) {
   const auto shared = test::random_tokens(rng, 40, 512);
   std::vector<GenerationRequest> requests;
   for (int i = 0; i < 10; ++i) {
-    auto prompt = shared;
-    const auto tail = test::random_tokens(rng, 3 + i, 512);
-    prompt.insert(prompt.end(), tail.begin(), tail.end());
+    auto prompt = test::extended(shared, rng, 3 + i);
     requests.push_back(test::greedy_request(prompt, 20));
   }
   auto big = cpu_runner(m, 512);
@@ -242,9 +238,7 @@ TEST(Engine, ChunkedPrefillPinnedSegmentsAndPageSizesGiveTheSameTokens) {
   std::vector<GenerationRequest> requests;
   const auto system = test::random_tokens(rng, 45, 512);
   for (int i = 0; i < 5; ++i) {
-    auto prompt = system;
-    const auto q = test::random_tokens(rng, 20 + 7 * i, 512);
-    prompt.insert(prompt.end(), q.begin(), q.end());
+    auto prompt = test::extended(system, rng, 20 + 7 * i);
     requests.push_back(test::greedy_request(prompt, 10, 1 + i % 2));
   }
   auto runner = cpu_runner(m);
@@ -286,9 +280,7 @@ TEST(Engine, SharingLimitedToARootPrefixGivesTheSameTokensAndStoresMore) {
   const auto fewshot = test::random_tokens(rng, 60, 512);
   std::vector<engine::GenerationRequest> requests;
   for (int p = 0; p < 3; ++p) {
-    auto prompt = fewshot;
-    const auto problem = test::random_tokens(rng, 25 + p, 512);
-    prompt.insert(prompt.end(), problem.begin(), problem.end());
+    auto prompt = test::extended(fewshot, rng, 25 + p);
     engine::GenerationRequest r = test::greedy_request(prompt, 7, 4);
     r.sampling = {0.8f, 0, 1.f, 0.f, 1000u + p};
     requests.push_back(r);
@@ -317,9 +309,7 @@ TEST(Engine, CachedPrefixesAreReusedAcrossCalls) {
   std::mt19937 rng(23);
   const auto system = test::random_tokens(rng, 90, 512);
   auto with_tail = [&](std::int64_t tail) {
-    auto prompt = system;
-    const auto t = test::random_tokens(rng, tail, 512);
-    prompt.insert(prompt.end(), t.begin(), t.end());
+    auto prompt = test::extended(system, rng, tail);
     return test::greedy_request(prompt, 5, 2);
   };
   const std::vector<engine::GenerationRequest> first{with_tail(10)}, second{with_tail(7), with_tail(12)};
