@@ -1,6 +1,9 @@
 #include "requests.h"
 
+#include <cmath>
+#include <cstdint>
 #include <fstream>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
@@ -12,13 +15,20 @@ namespace {
 
 using nlohmann::json;
 
+// An integer field's value within [lo, hi]; a JSON float or an integer out of range is an
+// error of the line (converting it would overflow).
+std::int64_t integer_in(const json& value, const char* field, std::int64_t lo, std::int64_t hi) {
+  HG_CHECK(value.is_number_integer(), "\"", field, "\" must be an integer, got ", value.dump());
+  const bool fits = value.is_number_unsigned() ? value.get<std::uint64_t>() <= static_cast<std::uint64_t>(hi)
+                                               : value.get<std::int64_t>() >= lo && value.get<std::int64_t>() <= hi;
+  HG_CHECK(fits, "\"", field, "\" is out of range [", lo, ", ", hi, "]: ", value.dump());
+  return value.is_number_unsigned() ? static_cast<std::int64_t>(value.get<std::uint64_t>()) : value.get<std::int64_t>();
+}
+
 std::vector<std::int32_t> ids_of(const json& value, const char* field) {
   HG_CHECK(value.is_array(), "\"", field, "\" must be an array of token ids");
   std::vector<std::int32_t> ids;
-  for (const json& id : value) {
-    HG_CHECK(id.is_number_integer(), "\"", field, "\" holds a non-integer: ", id.dump());
-    ids.push_back(id.get<std::int32_t>());
-  }
+  for (const json& id : value) ids.push_back(static_cast<std::int32_t>(integer_in(id, field, 0, INT32_MAX)));
   return ids;
 }
 
@@ -28,13 +38,18 @@ std::vector<std::int32_t> encode(const Tokenizer* tokenizer, const std::string& 
 }
 
 template <class T>
-void read_field(const json& line, const char* field, T& into) {
+void read_integer(const json& line, const char* field, T& into, std::int64_t lo, std::int64_t hi) {
+  if (line.contains(field)) into = static_cast<T>(integer_in(line.at(field), field, lo, hi));
+}
+
+void read_float(const json& line, const char* field, float& into) {
   if (!line.contains(field)) return;
-  try {
-    into = line.at(field).get<T>();
-  } catch (const json::exception&) {
-    fail("field \"", field, "\" has the wrong type: ", line.at(field).dump());
-  }
+  const json& value = line.at(field);
+  HG_CHECK(value.is_number(), "\"", field, "\" must be a number, got ", value.dump());
+  const double v = value.get<double>();
+  HG_CHECK(std::isfinite(v) && std::fabs(v) <= std::numeric_limits<float>::max(), "\"", field,
+           "\" is out of range: ", value.dump());
+  into = static_cast<float>(v);
 }
 
 }  // namespace
@@ -48,7 +63,7 @@ ParsedRequest parse_request_line(const std::string& text, const engine::Generati
     json line;
     try {
       line = json::parse(text);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e3082
       fail("not valid JSON: ", e.what());
     }
     HG_CHECK(line.is_object(), "a request line must be a JSON object");
@@ -86,14 +101,27 @@ ParsedRequest parse_request_line(const std::string& text, const engine::Generati
         r.segment_ends.push_back(static_cast<std::int64_t>(r.prompt.size()));
       }
     }
-    read_field(line, "n", r.n);
-    read_field(line, "max_new_tokens", r.max_new_tokens);
-    read_field(line, "temperature", r.sampling.temperature);
-    read_field(line, "top_p", r.sampling.top_p);
-    read_field(line, "top_k", r.sampling.top_k);
-    read_field(line, "min_p", r.sampling.min_p);
-    read_field(line, "seed", r.sampling.seed);
-    read_field(line, "stop", r.stop_strings);
+    read_integer(line, "n", r.n, 1, 1 << 20);
+    read_integer(line, "max_new_tokens", r.max_new_tokens, 1, INT32_MAX);
+    read_float(line, "temperature", r.sampling.temperature);
+    read_float(line, "top_p", r.sampling.top_p);
+    read_integer(line, "top_k", r.sampling.top_k, 0, INT32_MAX);
+    read_float(line, "min_p", r.sampling.min_p);
+    if (line.contains("seed")) {  // any unsigned 64-bit value
+      const json& seed = line["seed"];
+      HG_CHECK(seed.is_number_unsigned() || (seed.is_number_integer() && seed.get<std::int64_t>() >= 0),
+               "\"seed\" must be a non-negative integer, got ", seed.dump());
+      r.sampling.seed = seed.get<std::uint64_t>();
+    }
+    if (line.contains("stop")) {
+      const json& stop = line["stop"];
+      HG_CHECK(stop.is_array(), "\"stop\" must be an array of strings");
+      r.stop_strings.clear();
+      for (const json& item : stop) {
+        HG_CHECK(item.is_string(), "\"stop\" must be an array of strings, got ", item.dump());
+        r.stop_strings.push_back(item.get<std::string>());
+      }
+    }
     if (line.contains("stop_token_ids")) r.stop_token_ids = ids_of(line["stop_token_ids"], "stop_token_ids");
   } catch (const Error& e) {
     parsed.error = e.what();
