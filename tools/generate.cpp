@@ -21,6 +21,9 @@
 #include "model/tokenizer.h"
 #include "model/weights.h"
 #include "requests.h"
+#ifdef HYDRAGEN_WITH_CUDA
+#include "backend/cuda/cuda_attention.h"
+#endif
 
 namespace hydragen::cli {
 
@@ -146,6 +149,11 @@ GenerateSummary run_generate(const GenerateOptions& o, std::FILE* out, std::FILE
   const bool random = !o.random_preset.empty();
   std::unique_ptr<engine::ModelRunner> runner;
   if (o.device == "cuda") {
+#ifdef HYDRAGEN_WITH_CUDA
+    HG_CHECK(cuda::device_count() > 0, "--device cuda: no CUDA device found");
+#else
+    fail("--device cuda: this build has no CUDA backend (configure with -DHYDRAGEN_CUDA=ON)");
+#endif
     runner = engine::make_cuda_runner(
         config,
         random ? random_weights(config, o.weights_seed, DType::bf16, Device::cuda)
