@@ -172,6 +172,32 @@ GenerateSummary run_generate(const GenerateOptions& o, std::FILE* out, std::FILE
   if (single && tokenizer) stream.emplace(*tokenizer);
   Progress progress(log, o.progress && !single, total);
 
+  // The completion's text, cut before the first stop string it ends with (as OpenAI's API
+  // does; the tokens keep everything that was generated).
+  auto text_of = [&](const std::vector<std::int32_t>& ids, const engine::GenerationRequest& request) {
+    if (!tokenizer) return std::string();
+    std::string text = tokenizer->decode(ids, true);
+    std::size_t cut = text.size();
+    for (const std::string& stop : request.stop_strings)
+      if (!stop.empty()) cut = std::min(cut, text.find(stop));
+    return text.substr(0, cut);
+  };
+  // --output: one JSON line per completion, written the moment it is final (so in finishing
+  // order; "request" and "sample" say whose it is). A malformed request line goes first.
+  std::ofstream jsonl;
+  if (!o.output.empty()) {
+    jsonl.open(o.output);
+    HG_CHECK(jsonl.good(), "--output: cannot write '", o.output, "'");
+  }
+  auto write_line = [&](const nlohmann::json& line) {
+    if (!jsonl.is_open()) return;
+    jsonl << line.dump() << "\n";
+    jsonl.flush();
+  };
+  for (std::size_t r = 0; r < requests.size(); ++r)
+    if (!requests[r].error.empty())
+      write_line({{"request", r}, {"sample", 0}, {"finish_reason", "error"}, {"error", requests[r].error}});
+
   engine::EngineOptions engine_options;
   engine_options.attention = attention;
   engine_options.max_running = o.max_batch;
@@ -185,7 +211,18 @@ GenerateSummary run_generate(const GenerateOptions& o, std::FILE* out, std::FILE
     else std::fprintf(out, "%d ", id);
     std::fflush(out);
   };
+  const engine::Engine* finished_by = nullptr;
+  engine_options.on_finish = [&](std::size_t index) {
+    const engine::Completion& c = finished_by->completions()[index];
+    const engine::GenerationRequest& request = requests[static_cast<std::size_t>(c.request)].request;
+    nlohmann::json line{{"request", c.request}, {"sample", c.sample}, {"prompt_tokens", request.prompt.size()},
+                        {"tokens", c.tokens}, {"logprobs", c.logprobs}, {"finish_reason", c.finish_reason}};
+    if (tokenizer) line["text"] = text_of(c.tokens, request);
+    if (!c.error.empty()) line["error"] = c.error;
+    write_line(line);
+  };
   engine::Engine engine(*runner, engine_options);
+  finished_by = &engine;
   std::vector<std::size_t> first_completion(requests.size(), SIZE_MAX);
   for (std::size_t r = 0; r < requests.size(); ++r)
     if (requests[r].error.empty()) first_completion[r] = engine.submit(requests[r].request, static_cast<int>(r));
@@ -201,42 +238,18 @@ GenerateSummary run_generate(const GenerateOptions& o, std::FILE* out, std::FILE
     std::fflush(out);  // before the summary on stderr: a terminal or a log shows them in order
   }
 
-  // Completions in request order; a malformed line keeps its place with its error.
+  // Completions in request order on stdout (without --output); errors on stderr.
   GenerateSummary summary;
-  std::ofstream jsonl;
-  if (!o.output.empty()) {
-    jsonl.open(o.output);
-    HG_CHECK(jsonl.good(), "--output: cannot write '", o.output, "'");
-  }
-  // The completion's text, cut before the first stop string it ends with (as OpenAI's API
-  // does; the tokens keep everything that was generated).
-  auto text_of = [&](const std::vector<std::int32_t>& ids, const engine::GenerationRequest& request) {
-    if (!tokenizer) return std::string();
-    std::string text = tokenizer->decode(ids, true);
-    std::size_t cut = text.size();
-    for (const std::string& stop : request.stop_strings)
-      if (!stop.empty()) cut = std::min(cut, text.find(stop));
-    return text.substr(0, cut);
-  };
   for (std::size_t r = 0; r < requests.size(); ++r) {
     const int samples = requests[r].error.empty() ? requests[r].request.n : 1;
     for (int s = 0; s < samples; ++s) {
-      nlohmann::json line{{"request", r}, {"sample", s}};
       if (!requests[r].error.empty()) {
-        line["finish_reason"] = "error";
-        line["error"] = requests[r].error;
         ++summary.errors;
         std::fflush(out);  // stdout and stderr in order when both go to one log
         std::fprintf(log, "request %zu: error: %s\n", r, requests[r].error.c_str());
       } else {
         const engine::Completion& c = engine.completions()[first_completion[r] + static_cast<std::size_t>(s)];
-        line["prompt_tokens"] = requests[r].request.prompt.size();
-        line["tokens"] = c.tokens;
-        line["logprobs"] = c.logprobs;
-        line["finish_reason"] = c.finish_reason;
-        if (tokenizer) line["text"] = text_of(c.tokens, requests[r].request);
         if (!c.error.empty()) {
-          line["error"] = c.error;
           ++summary.errors;
           std::fflush(out);
           std::fprintf(log, "request %zu sample %d: error: %s\n", r, s, c.error.c_str());
@@ -252,7 +265,6 @@ GenerateSummary run_generate(const GenerateOptions& o, std::FILE* out, std::FILE
         summary.tokens_per_completion.push_back(c.tokens);
       }
       ++summary.completions;
-      if (jsonl.is_open()) jsonl << line.dump() << "\n";
     }
   }
 

@@ -129,7 +129,10 @@ std::size_t Engine::submit(const GenerationRequest& request, int request_index) 
       c.error = error;
     }
     completions_.push_back(std::move(c));
-    if (!error.empty()) continue;
+    if (!error.empty()) {
+      if (options_.on_finish) options_.on_finish(completions_.size() - 1);
+      continue;
+    }
     auto seq = std::make_unique<Sequence>();
     seq->completion = completions_.size() - 1;
     seq->request = &stored;
@@ -187,6 +190,7 @@ std::int64_t Engine::admit_and_prefill() {
       Completion& c = completions_[seq.completion];
       c.finish_reason = "error";
       c.error = "the prompt and max_new_tokens do not fit in the KV pool";
+      if (options_.on_finish) options_.on_finish(seq.completion);
       waiting_.pop_front();
       continue;
     }
@@ -391,6 +395,7 @@ void Engine::finish(Sequence& seq, const char* reason) {
   seq.pages.clear();
   if (seq.leaf >= 0) tree_->unlock(tree_->path_to(seq.leaf));
   seq.leaf = -1;
+  if (options_.on_finish) options_.on_finish(seq.completion);
 }
 
 void Engine::skip_suffix_tokens(std::int64_t tokens) {
