@@ -14,6 +14,7 @@
 #include "cli_parse.h"
 #include "engine/engine.h"
 #include "engine/model_runner.h"
+#include "engine/stop_text.h"
 #include "hydragen/error.h"
 #include "model/model_config.h"
 #include "model/presets.h"
@@ -169,18 +170,20 @@ GenerateSummary run_generate(const GenerateOptions& o, std::FILE* out, std::FILE
   for (const ParsedRequest& r : requests) total += r.error.empty() ? std::int64_t{r.request.n} * r.request.max_new_tokens : 0;
   const bool single = requests.size() == 1 && requests[0].error.empty() && requests[0].request.n == 1;
   std::optional<StreamDecoder> stream;
-  if (single && tokenizer) stream.emplace(*tokenizer);
+  std::optional<engine::StopStringFilter> shown;  // streamed text stops before a stop string
+  if (single && tokenizer) {
+    stream.emplace(*tokenizer);
+    shown.emplace(requests[0].request.stop_strings);
+  }
   Progress progress(log, o.progress && !single, total);
 
-  // The completion's text, cut before the first stop string it ends with (as OpenAI's API
-  // does; the tokens keep everything that was generated).
+  // The completion's text, cut before the first stop string in it (as OpenAI's API does; the
+  // tokens keep everything that was generated).
   auto text_of = [&](const std::vector<std::int32_t>& ids, const engine::GenerationRequest& request) {
     if (!tokenizer) return std::string();
-    std::string text = tokenizer->decode(ids, true);
-    std::size_t cut = text.size();
-    for (const std::string& stop : request.stop_strings)
-      if (!stop.empty()) cut = std::min(cut, text.find(stop));
-    return text.substr(0, cut);
+    engine::StopStringFilter filter(request.stop_strings);
+    const std::string text = filter.push(tokenizer->decode(ids, true));
+    return text + filter.finish();
   };
   // --output: one JSON line per completion, written the moment it is final (so in finishing
   // order; "request" and "sample" say whose it is). A malformed request line goes first.
@@ -207,7 +210,7 @@ GenerateSummary run_generate(const GenerateOptions& o, std::FILE* out, std::FILE
   engine_options.on_token = [&](std::size_t, std::int32_t id) {
     progress.token();
     if (!single) return;
-    if (stream) std::fputs(stream->push(id).c_str(), out);
+    if (stream) std::fputs(shown->push(stream->push(id)).c_str(), out);
     else std::fprintf(out, "%d ", id);
     std::fflush(out);
   };
@@ -233,7 +236,7 @@ GenerateSummary run_generate(const GenerateOptions& o, std::FILE* out, std::FILE
   }
   progress.done();
   if (single) {
-    if (stream) std::fputs(stream->flush().c_str(), out);
+    if (stream) std::fputs((shown->push(stream->flush()) + shown->finish()).c_str(), out);
     std::fputs("\n", out);
     std::fflush(out);  // before the summary on stderr: a terminal or a log shows them in order
   }
