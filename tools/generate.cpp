@@ -229,11 +229,7 @@ GenerateSummary run_generate(const GenerateOptions& o, std::FILE* out, std::FILE
   std::vector<std::size_t> first_completion(requests.size(), SIZE_MAX);
   for (std::size_t r = 0; r < requests.size(); ++r)
     if (requests[r].error.empty()) first_completion[r] = engine.submit(requests[r].request, static_cast<int>(r));
-  while (true) {
-    engine.admit_and_prefill();
-    if (engine.running() == 0 && engine.waiting() == 0) break;
-    engine.decode_step();
-  }
+  engine.run();
   progress.done();
   if (single) {
     if (stream) std::fputs((shown->push(stream->flush()) + shown->finish()).c_str(), out);

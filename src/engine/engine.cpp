@@ -72,7 +72,6 @@ struct Engine::Sequence {
   std::vector<std::int32_t> pages;
   std::int64_t own_tokens = 0;  // tokens whose K/V is in `pages`
   std::int32_t next_token = 0;
-  bool copied = false;  // the unshared part of the prompt is in its own pages
 
   std::int64_t context() const { return (leaf >= 0 ? shared_tokens : 0) + own_tokens; }
 };
@@ -155,12 +154,12 @@ std::int64_t Engine::shared_tokens_of(const GenerationRequest& request) const {
 bool Engine::try_admit(Sequence& seq) {
   std::vector<kv::NodeId> path;
   const std::span<const std::int32_t> prompt(seq.request->prompt);
-  for (std::int64_t end : seq.request->segment_ends)  // pinned boundaries: their prefixes first
+  // Boundaries the tree must have (pinned segment ends, where sharing ends): their prefixes first.
+  std::vector<std::int64_t> boundaries = seq.request->segment_ends;
+  boundaries.push_back(seq.shared_tokens);
+  for (std::int64_t end : boundaries)
     if (end > 0 && end < seq.tree_tokens && !tree_->insert(prompt.first(static_cast<std::size_t>(end))))
       return false;
-  if (seq.shared_tokens > 0 && seq.shared_tokens < seq.tree_tokens &&
-      !tree_->insert(prompt.first(static_cast<std::size_t>(seq.shared_tokens))))  // a boundary where sharing ends
-    return false;
   if (seq.tree_tokens > 0) {
     auto inserted = tree_->insert(std::span(seq.request->prompt).first(static_cast<std::size_t>(seq.tree_tokens)));
     if (!inserted) return false;
@@ -232,7 +231,6 @@ std::int64_t Engine::admit_and_prefill() {
     tree_->unlock(path);
     seq->leaf = boundary;
     seq->own_tokens = seq->tree_tokens - seq->shared_tokens;
-    seq->copied = true;
   }
   if (!src.empty()) runner_.copy_slots(src, dst);
   stats_.peak_running = std::max(stats_.peak_running, running());
@@ -409,14 +407,18 @@ void Engine::skip_suffix_tokens(std::int64_t tokens) {
   }
 }
 
+void Engine::run() {
+  while (true) {
+    admit_and_prefill();
+    if (running_.empty() && waiting_.empty()) return;
+    decode_step();
+  }
+}
+
 std::vector<Completion> Engine::generate(std::span<const GenerationRequest> requests) {
   const std::size_t first = completions_.size();
   for (std::size_t r = 0; r < requests.size(); ++r) submit(requests[r], static_cast<int>(r));
-  while (true) {
-    admit_and_prefill();
-    if (running_.empty() && waiting_.empty()) break;
-    decode_step();
-  }
+  run();
   return {completions_.begin() + static_cast<std::ptrdiff_t>(first), completions_.end()};
 }
 

@@ -81,6 +81,8 @@ class Engine {
   std::int64_t admit_and_prefill();
   // One decode step over every running sequence; finished ones leave. False when idle.
   bool decode_step();
+  // Admits and decodes until nothing waits or runs.
+  void run();
   // Benchmarks: every running sequence gains `tokens` suffix tokens without computing them
   // (their K/V slots keep whatever the pool holds), to time a step at a later suffix length.
   void skip_suffix_tokens(std::int64_t tokens);
