@@ -214,9 +214,7 @@ GenerateSummary run_generate(const GenerateOptions& o, std::FILE* out, std::FILE
     else std::fprintf(out, "%d ", id);
     std::fflush(out);
   };
-  const engine::Engine* finished_by = nullptr;
-  engine_options.on_finish = [&](std::size_t index) {
-    const engine::Completion& c = finished_by->completions()[index];
+  engine_options.on_finish = [&](const engine::Completion& c) {
     const engine::GenerationRequest& request = requests[static_cast<std::size_t>(c.request)].request;
     nlohmann::json line{{"request", c.request}, {"sample", c.sample}, {"prompt_tokens", request.prompt.size()},
                         {"tokens", c.tokens}, {"logprobs", c.logprobs}, {"finish_reason", c.finish_reason}};
@@ -225,7 +223,6 @@ GenerateSummary run_generate(const GenerateOptions& o, std::FILE* out, std::FILE
     write_line(line);
   };
   engine::Engine engine(*runner, engine_options);
-  finished_by = &engine;
   std::vector<std::size_t> first_completion(requests.size(), SIZE_MAX);
   for (std::size_t r = 0; r < requests.size(); ++r)
     if (requests[r].error.empty()) first_completion[r] = engine.submit(requests[r].request, static_cast<int>(r));
@@ -261,7 +258,6 @@ GenerateSummary run_generate(const GenerateOptions& o, std::FILE* out, std::FILE
           }
         }
         summary.tokens += static_cast<std::int64_t>(c.tokens.size());
-        summary.tokens_per_completion.push_back(c.tokens);
       }
       ++summary.completions;
     }

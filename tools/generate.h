@@ -41,7 +41,6 @@ struct GenerateOptions {
 
 struct GenerateSummary {
   std::int64_t completions = 0, errors = 0, tokens = 0;
-  std::vector<std::vector<std::int32_t>> tokens_per_completion;
 };
 
 // Runs the generation. Bad options are hydragen::Error; a malformed request fails alone

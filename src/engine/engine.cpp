@@ -129,7 +129,7 @@ std::size_t Engine::submit(const GenerationRequest& request, int request_index) 
     }
     completions_.push_back(std::move(c));
     if (!error.empty()) {
-      if (options_.on_finish) options_.on_finish(completions_.size() - 1);
+      if (options_.on_finish) options_.on_finish(completions_.back());
       continue;
     }
     auto seq = std::make_unique<Sequence>();
@@ -189,7 +189,7 @@ std::int64_t Engine::admit_and_prefill() {
       Completion& c = completions_[seq.completion];
       c.finish_reason = "error";
       c.error = "the prompt and max_new_tokens do not fit in the KV pool";
-      if (options_.on_finish) options_.on_finish(seq.completion);
+      if (options_.on_finish) options_.on_finish(c);
       waiting_.pop_front();
       continue;
     }
@@ -393,7 +393,7 @@ void Engine::finish(Sequence& seq, const char* reason) {
   seq.pages.clear();
   if (seq.leaf >= 0) tree_->unlock(tree_->path_to(seq.leaf));
   seq.leaf = -1;
-  if (options_.on_finish) options_.on_finish(seq.completion);
+  if (options_.on_finish) options_.on_finish(completions_[seq.completion]);
 }
 
 void Engine::skip_suffix_tokens(std::int64_t tokens) {

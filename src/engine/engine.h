@@ -51,9 +51,9 @@ struct EngineOptions {
   std::function<std::string(std::span<const std::int32_t>)> detokenize;
   // Called with (completion index, token) as each token is sampled.
   std::function<void(std::size_t, std::int32_t)> on_token;
-  // Called with a completion's index once it is final (finished, or failed with its error),
-  // so a caller can write it out at once: a long run loses nothing already done.
-  std::function<void(std::size_t)> on_finish;
+  // Called with a completion once it is final (finished, or failed with its error), so a
+  // caller can write it out at once: a long run loses nothing already done.
+  std::function<void(const Completion&)> on_finish;
 };
 
 struct EngineStats {
