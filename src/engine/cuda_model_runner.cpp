@@ -110,11 +110,9 @@ class CudaModelRunner final : public ModelRunner {
   std::int64_t max_step_rows() const override { return capacity_; }
 
   SampledTokens step(const StepRows& rows, const attn::AttentionPlan* plan, const StepSampling* sampling) override {
-    check_step_rows(rows, config(), kv_);
+    check_step_rows(rows, config(), kv_, plan);
     const std::int64_t n = rows.size();
     HG_CHECK(n <= capacity_, "CudaModelRunner::step: ", n, " rows, the buffers hold ", capacity_);
-    HG_CHECK(plan == nullptr || plan->query_rows == n, "CudaModelRunner::step: the plan has ",
-             plan ? plan->query_rows : 0, " query rows for ", n, " step rows");
     const bool graphed = sampling != nullptr && options_.cuda_graphs && graphs_ok_;
     // Decode steps are padded to their bucket with or without graphs, so both run the same
     // GEMM shapes and give the same tokens.

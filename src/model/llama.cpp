@@ -126,11 +126,9 @@ Tensor Llama::forward(const ForwardBatch& batch, const ForwardOptions& options) 
 }
 
 Tensor Llama::forward_paged(const StepRows& rows, const attn::AttentionPlan* plan, PagedKv& kv, bool logits) const {
-  check_step_rows(rows, config_, kv);
+  check_step_rows(rows, config_, kv, plan);
   HG_CHECK(kv.layers() == config_.num_layers && kv.k[0].dtype() == DType::f32 && kv.k[0].device() == Device::cpu,
            "Llama::forward_paged: the pool must be f32 on the CPU with ", config_.num_layers, " layers");
-  HG_CHECK(plan == nullptr || plan->query_rows == rows.size(), "Llama::forward_paged: the plan has ",
-           plan ? plan->query_rows : 0, " query rows for ", rows.size(), " step rows");
   const std::int64_t n = rows.size(), d = config_.head_dim, hkv = config_.num_kv_heads;
   const std::vector<std::int64_t> positions(rows.positions.begin(), rows.positions.end());
   Tensor x = embed_rows(weights_.embed, rows.tokens);

@@ -35,7 +35,8 @@ Tensor PagedKv::v_slots(std::int64_t layer) const {
   return t.reshape({t.size(0) * t.size(1), t.size(2), t.size(3)});
 }
 
-void check_step_rows(const StepRows& rows, const ModelConfig& config, const PagedKv& kv) {
+void check_step_rows(const StepRows& rows, const ModelConfig& config, const PagedKv& kv,
+                     const attn::AttentionPlan* plan) {
   HG_CHECK(!rows.tokens.empty(), "step: no rows");
   HG_CHECK(rows.positions.size() == rows.tokens.size() && rows.slots.size() == rows.tokens.size(),
            "step: tokens, positions and slots must have one entry per row, got ", rows.tokens.size(), ", ",
@@ -48,6 +49,8 @@ void check_step_rows(const StepRows& rows, const ModelConfig& config, const Page
     HG_CHECK(rows.slots[r] >= -1 && rows.slots[r] < slots, "step: slot ", rows.slots[r], " of row ", r,
              " is outside the pool's ", slots, " slots");
   }
+  HG_CHECK(plan == nullptr || plan->query_rows == rows.size(), "step: the plan has ",
+           plan ? plan->query_rows : 0, " query rows for ", rows.size(), " step rows");
 }
 
 }  // namespace hydragen

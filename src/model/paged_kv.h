@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "attn/paged_plan.h"
 #include "hydragen/tensor.h"
 #include "model/model_config.h"
 
@@ -36,8 +37,10 @@ struct PagedKv {
   Tensor v_slots(std::int64_t layer) const;
 };
 
-// Checks a step's rows against the config and the pool: equal lengths, tokens in the
-// vocabulary, slots inside the pool (or -1: a padding row whose K/V is not kept).
-void check_step_rows(const StepRows& rows, const ModelConfig& config, const PagedKv& kv);
+// Checks a step's rows against the config, the pool and the plan (if any): equal lengths,
+// tokens in the vocabulary, slots inside the pool (or -1: a padding row whose K/V is not
+// kept), one plan query row per step row.
+void check_step_rows(const StepRows& rows, const ModelConfig& config, const PagedKv& kv,
+                     const attn::AttentionPlan* plan);
 
 }  // namespace hydragen
