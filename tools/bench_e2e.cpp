@@ -57,12 +57,13 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 struct StepClock {
   engine::Engine& engine;
   const engine::ModelRunner& runner;
-  double device_seconds = 0;
+  double wall_seconds = 0, device_seconds = 0;
   std::int64_t steps = 0;
   double operator()() {
     const auto start = Clock::now();
     engine.decode_step();
     const double wall = seconds_since(start);
+    wall_seconds += wall;
     device_seconds += runner.last_step_device_seconds();
     ++steps;
     return wall;
@@ -149,7 +150,7 @@ PointResult time_generation(engine::ModelRunner& runner, engine::AttentionChoice
   // Step s (0-based) attends to a suffix of s + 1 tokens. Step 0 is the warm-up.
   StepClock timed_step{engine, runner};
   timed_step();
-  timed_step.device_seconds = 0, timed_step.steps = 0;
+  timed_step.wall_seconds = 0, timed_step.device_seconds = 0, timed_step.steps = 0;
   std::vector<std::pair<std::int64_t, double>> samples;
   const double first = timed_step();
   samples.push_back({2, first});
@@ -157,12 +158,10 @@ PointResult time_generation(engine::ModelRunner& runner, engine::AttentionChoice
   const bool full = o.steps == "full" || (o.steps == "auto" && first * double(steps) < o.full_seconds);
   double mean = 0;
   if (full) {
-    double total = first;
-    std::int64_t timed = 1;
-    while (engine.running() > 0) total += timed_step(), ++timed;
-    mean = total / double(timed);
+    while (engine.running() > 0) timed_step();
+    mean = timed_step.wall_seconds / double(timed_step.steps);
     row["sampled"] = false;
-    row["timed_steps"] = timed;
+    row["timed_steps"] = timed_step.steps;
   } else {
     // Suffix lengths spread over the rest of the generation; the steps between are skipped
     // (their K/V slots are allocated but not computed).
