@@ -18,6 +18,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 
 #include "backend/cuda/cuda_attention.h"
@@ -306,6 +307,56 @@ TEST(CudaAttention, MhaDecodeUnderStackedPrefixMatchesReference) {
   shape.suffix_lengths = {1500, 1};
   shape.max_query_tokens = 4;
   check_against_reference(shape, DType::bf16, AttentionMode::hydragen, 64, rng, "MHA split suffix");
+#endif
+}
+
+// The pipelined decode loop (HYDRAGEN_DECODE_PIPELINED) and the default one on the same plans:
+// the same arithmetic in the same order, so equal outputs bit for bit, and both match the
+// float64 reference. One-row items (MHA) whose suffixes end on and around chunk (32 keys) and
+// piece (64 keys) boundaries, empty ones, split and unsplit, under stacked and unstacked
+// prefixes; page sizes 16 and 64, d 64 and 128; some GQA trials (their items take the default
+// loop in both kernels).
+TEST(CudaAttention, PipelinedDecodeEqualsDefaultDecodeBitForBit) {
+  SKIP_WITHOUT_GPU();
+#ifdef HYDRAGEN_WITH_CUDA
+  Rng rng;
+  SCOPED_TRACE(rng.trace());
+  const ScopedEnv suffix_env("HYDRAGEN_SUFFIX_KERNEL", "decode");
+  int one_row_items = 0;
+  for (int trial = 0; trial < 16; ++trial) {
+    testing::PagedShape shape;
+    shape.page_size = trial % 2 ? 16 : 64;
+    shape.head_dim = trial / 2 % 2 ? 64 : 128;
+    shape.groups = trial % 8 == 7 ? 4 : 1;
+    shape.kv_heads = rng.uniform_int(1, 3);
+    shape.depth = rng.uniform_int(1, 2);
+    shape.batch = rng.pick(std::vector<int>{5, 40});
+    shape.suffix_lengths = {0, 1, 2, 31, 32, 33, 63, 64, 65, 97, 128, 200};
+    shape.max_query_tokens = trial % 4 == 3 ? 3 : 1;
+    shape.round_to_bf16 = true;
+    const AttentionMode mode = trial / 4 == 2 ? AttentionMode::paged : AttentionMode::hydragen;
+    const testing::PagedCase c = testing::random_paged_case(shape, rng);
+    attn::PlanOptions options = cuda::plan_options_for_device(DType::bf16, shape.head_dim, mode, true);
+    if (trial % 3 == 1) options.suffix_min_split_tokens = 32;  // split suffixes: the ticket merge
+    const attn::AttentionPlan plan = attn::build_attention_plan(c.layout, options);
+    for (const attn::PlanItem& it : plan.suffix_items) one_row_items += it.row_count == 1;
+    const AttentionState plain = run_on_device(c, plan, options.shared_tile_rows);
+    const AttentionState ref = reference_tree_attention(c.tree, c.q);
+    for (const char* warps : {"8", "12"}) {  // the two builds of the pipelined kernel
+      const ScopedEnv env("HYDRAGEN_DECODE_PIPELINED", warps);
+      const AttentionState piped = run_on_device(c, plan, options.shared_tile_rows);
+      const std::string what = concat("trial ", trial, " ", warps, " warps/SM ", mode_name(mode), " page ",
+                                      shape.page_size, " d ", shape.head_dim, " G ", shape.groups, " Hkv ",
+                                      shape.kv_heads, " batch ", shape.batch, " T<=", shape.max_query_tokens,
+                                      " stacked ", plan.stacked_segments);
+      EXPECT_LE(relative_norm_error(piped.o, ref.o), 5e-3) << what;
+      expect_lse_near(piped.lse, ref.lse, what);
+      EXPECT_EQ(std::memcmp(piped.o.raw(), plain.o.raw(), plain.o.bytes()), 0) << what << ": o differs from the default loop";
+      EXPECT_EQ(std::memcmp(piped.lse.raw(), plain.lse.raw(), plain.lse.bytes()), 0)
+          << what << ": lse differs from the default loop";
+    }
+  }
+  EXPECT_GT(one_row_items, 0);
 #endif
 }
 

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "attn/paged_plan.h"
 #include "backend/cuda/attention_state.cuh"
@@ -63,18 +64,92 @@ __device__ __forceinline__ float2 unpack2(std::uint32_t w) {
   }
 }
 
+// One chunk of an item's keys (<= 32, half of a piece) as the pipelined loop walks them.
+struct DecodeChunk {
+  attn::PlanPiece piece{0, 0, 0, 0};
+  int index = 0;          // the piece's index within the item
+  int first = 0;          // the chunk's first key within the piece (0 or 32)
+  int count = 0;          // keys in the chunk; 0: past the item's last key
+  std::int64_t off = 0;   // this lane's key: element offset in the pools (0 when lane >= count)
+};
+
+// A lane's DL dims of one V row: 8 bytes for D = 128, 4 for D = 64.
+template <int DL>
+using VWord = std::conditional_t<DL == 4, uint2, std::uint32_t>;
+
+template <class T, int DL>
+__device__ __forceinline__ void unpack_v(const VWord<DL>& u, float (&v)[DL]) {
+  if constexpr (DL == 4) {
+    const float2 a = unpack2<T>(u.x), b = unpack2<T>(u.y);
+    v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+  } else {
+    const float2 a = unpack2<T>(u);
+    v[0] = a.x, v[1] = a.y;
+  }
+}
+
 // One item of <= R rows (R: 1, 2, 4 or 8; the kernel picks the smallest that holds it, so an
 // MHA decode row does 1/8 of the arithmetic of a GQA group of 8).
-template <class T, int D, int R>
+//
+// Pipelined (R = 1 only; HYDRAGEN_DECODE_PIPELINED, not the default until measured): the same
+// arithmetic in the same order, with the loads reordered so that each K/V round trip overlaps
+// work: the first chunk's piece, page, K and V are requested before Q; while chunk c computes,
+// chunk c+1's K loads replace chunk c's as its scores consume them, chunk c+1's V loads replace
+// chunk c's as P.V consumes them, and chunk c+2's piece and page are fetched. The loop below it
+// waits for K, then for V 8 keys at a time (4 round trips per chunk), after the chunk's scores.
+template <class T, int D, int R, bool Pipelined = false>
 __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const attn::PlanItem& it, float* sq,
                                             float* sp, int lane) {
   using Shape = DecodeShape<T, D>;
   constexpr int DL = Shape::kDims;
+  static_assert(!Pipelined || R == 1, "the pipelined loop serves one-row items");
   const int group_size = p.q_heads / p.kv_heads;
   const int rows = it.row_count;
   // Row r's fields live in lane r; broadcast by shuffles.
   attn::PlanRow my_row{0, 0, 0, 0, 0};
   if (lane < rows) my_row = p.rows[it.row_begin + lane];
+  const T* kp = static_cast<const T*>(p.k_pool);
+  const T* vp = static_cast<const T*>(p.v_pool);
+
+  // The pipelined loop's chunks: the first, the one after a given chunk (its page looked up).
+  auto chunk_at = [&](int index, const attn::PlanPiece& pc, int first) {
+    DecodeChunk c;
+    c.piece = pc, c.index = index, c.first = first, c.count = min(pc.tokens - first, Shape::kChunk);
+    if (lane < c.count) {
+      const int tok = pc.token_begin + first + lane;
+      const std::int64_t page = __ldg(p.pages + pc.page_offset + (tok >> p.page_shift));
+      c.off = (((page << p.page_shift) + (tok & (p.page_size - 1))) * p.kv_heads + it.kv_head) * D;
+    }
+    return c;
+  };
+  auto chunk_after = [&](const DecodeChunk& c) {
+    if (c.count == 0) return DecodeChunk{};
+    if (c.first == 0 && c.piece.tokens > Shape::kChunk) return chunk_at(c.index, c.piece, Shape::kChunk);
+    if (c.index + 1 < it.piece_count) return chunk_at(c.index + 1, p.pieces[it.piece_begin + c.index + 1], 0);
+    return DecodeChunk{};
+  };
+  // K (this lane's key, whole row) and V (this lane's DL dims of every key) of one chunk.
+  uint4 kreg[Shape::kKeyLoads];
+  VWord<DL> vreg[Shape::kChunk];
+  auto load_k = [&](const DecodeChunk& c) {
+    if (lane < c.count) {
+      const uint4* src = reinterpret_cast<const uint4*>(kp + c.off);
+#pragma unroll
+      for (int i = 0; i < Shape::kKeyLoads; ++i) kreg[i] = __ldg(src + i);
+    }
+  };
+  auto load_v = [&](const DecodeChunk& c, int j) {  // key j of the chunk; every lane calls it
+    const std::int64_t off = __shfl_sync(0xffffffffu, c.off, j);
+    if (j < c.count) vreg[j] = __ldg(reinterpret_cast<const VWord<DL>*>(vp + off + lane * DL));
+  };
+  DecodeChunk cur, nxt;
+  if constexpr (Pipelined) {
+    if (it.piece_count > 0) cur = chunk_at(0, p.pieces[it.piece_begin], 0);
+    load_k(cur);
+#pragma unroll
+    for (int j = 0; j < Shape::kChunk; ++j) load_v(cur, j);
+    nxt = chunk_after(cur);
+  }
   // One row merging with one shared state (MHA decode: no split, one stacked column): fetch
   // the merge group and that state now so their latency overlaps the K/V chain below. (Only
   // for R = 1: for R >= 2 the live registers through the loop made the wide kernel spill more.)
@@ -126,8 +201,6 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   }
   __syncwarp();
 
-  const T* kp = static_cast<const T*>(p.k_pool);
-  const T* vp = static_cast<const T*>(p.v_pool);
   float m[R], l[R], acc[R][DL];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
@@ -136,9 +209,64 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
     for (int i = 0; i < DL; ++i) acc[r][i] = 0.f;
   }
 
+  if constexpr (Pipelined) {
+    while (cur.count > 0) {
+      const DecodeChunk after = chunk_after(nxt);  // piece and page two chunks ahead
+      const bool valid = lane < cur.count;
+      float s = 0.f;
+      const uint4* knext = reinterpret_cast<const uint4*>(kp + nxt.off);
+#pragma unroll
+      for (int c = 0; c < Shape::kKeyLoads; ++c) {
+        if (valid) {
+          float k[8];
+          unpack8<T>(kreg[c], k);
+          const float4 q0 = *reinterpret_cast<const float4*>(sq + c * 8);
+          const float4 q1 = *reinterpret_cast<const float4*>(sq + c * 8 + 4);
+          s = fmaf(q0.x, k[0], s);
+          s = fmaf(q0.y, k[1], s);
+          s = fmaf(q0.z, k[2], s);
+          s = fmaf(q0.w, k[3], s);
+          s = fmaf(q1.x, k[4], s);
+          s = fmaf(q1.y, k[5], s);
+          s = fmaf(q1.z, k[6], s);
+          s = fmaf(q1.w, k[7], s);
+        }
+        if (lane < nxt.count) kreg[c] = __ldg(knext + c);
+      }
+      const int pos = cur.piece.position + cur.first + lane;
+      if (!valid || pos >= limit[0]) s = -INFINITY;
+      float mx = s;
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      const float mn = fmaxf(m[0], mx);
+      const float base = mn == -INFINITY ? 0.f : mn;
+      const float alpha = exp2f(m[0] - base);
+      m[0] = mn;
+      const float pr = exp2f(s - base);
+      l[0] = l[0] * alpha + pr;
+#pragma unroll
+      for (int i = 0; i < DL; ++i) acc[0][i] *= alpha;
+      sp[lane] = pr;
+      __syncwarp();
+#pragma unroll
+      for (int j = 0; j < Shape::kChunk; ++j) {
+        if (j < cur.count) {
+          float v[DL];
+          unpack_v<T, DL>(vreg[j], v);
+          const float pj = sp[j];
+#pragma unroll
+          for (int i = 0; i < DL; ++i) acc[0][i] = fmaf(pj, v[i], acc[0][i]);
+        }
+        load_v(nxt, j);
+      }
+      __syncwarp();  // sp is rewritten by the next chunk
+      cur = nxt;
+      nxt = after;
+    }
+  }
   // Chunk ci = half (ci & 1) of piece ci / 2. The next chunk's piece and page are fetched
   // while this one computes, so a chunk costs the K and V round trips only.
-  const int chunks = it.piece_count * 2;
+  const int chunks = Pipelined ? 0 : it.piece_count * 2;
   auto locate = [&](const attn::PlanPiece& pc, int half, std::int64_t& off) {
     const int first = half * Shape::kChunk;
     off = 0;
@@ -358,7 +486,9 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
 // MinBlocks: 3 for the general kernel (168 registers); 5 for the narrow one the runner picks
 // when every item has <= 2 rows (MHA): <= 102 registers, 20 warps per SM for the one-key
 // items' latency chains. The narrow kernel still runs wider items correctly (spilling).
-template <class T, int D, int MinBlocks = 3>
+// Pipelined: one-row items take decode_item's pipelined loop (its K and V registers fit
+// without spills at MinBlocks 2; at 3 a few bytes spill).
+template <class T, int D, int MinBlocks = 3, bool Pipelined = false>
 __global__ void __launch_bounds__(DecodeShape<T, D>::kThreads, MinBlocks) decode_attention_kernel(const PagedAttentionParams p) {
   using Shape = DecodeShape<T, D>;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -368,7 +498,7 @@ __global__ void __launch_bounds__(DecodeShape<T, D>::kThreads, MinBlocks) decode
   float* sq = reinterpret_cast<float*>(smem) + warp * Shape::kWarpSmemFloats;  // [kRows][D]
   float* sp = sq + Shape::kRows * D;                                           // [kRows][kChunk]
   const attn::PlanItem it = p.items[item_index];
-  if (it.row_count <= 1) decode_item<T, D, 1>(p, it, sq, sp, lane);
+  if (it.row_count <= 1) decode_item<T, D, 1, Pipelined>(p, it, sq, sp, lane);
   else if (it.row_count <= 2) decode_item<T, D, 2>(p, it, sq, sp, lane);
   else if (it.row_count <= 4) decode_item<T, D, 4>(p, it, sq, sp, lane);
   else decode_item<T, D, 8>(p, it, sq, sp, lane);

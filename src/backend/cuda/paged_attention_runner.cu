@@ -36,15 +36,15 @@ int prepare() {
 }
 
 // The suffix launch's decode kernel (one warp per item, non-persistent grid).
-template <class T, int D, int MinBlocks>
+template <class T, int D, int MinBlocks, bool Pipelined = false>
 void launch_decode(const PagedAttentionParams& p, int grid, cudaStream_t stream) {
   using Shape = DecodeShape<T, D>;
-  decode_attention_kernel<T, D, MinBlocks><<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(p);
+  decode_attention_kernel<T, D, MinBlocks, Pipelined><<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(p);
 }
-template <class T, int D, int MinBlocks>
+template <class T, int D, int MinBlocks, bool Pipelined = false>
 int prepare_decode() {
   using Shape = DecodeShape<T, D>;
-  auto kernel = decode_attention_kernel<T, D, MinBlocks>;
+  auto kernel = decode_attention_kernel<T, D, MinBlocks, Pipelined>;
   HG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes));
   int blocks = 0;
   HG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, Shape::kThreads, Shape::kSmemBytes));
@@ -77,6 +77,9 @@ struct KernelPair {
   LaunchFn decode = nullptr;  // the suffix launch when set
   int decode_blocks_per_sm = 0;
   LaunchFn decode_narrow = nullptr;  // the decode kernel at <= 102 registers (items of <= 2 rows)
+  // One-row items through the pipelined loop (opt-in, A/B): at <= 255 registers (8 warps per
+  // SM, no spills) and at <= 168 (12 warps per SM, a few spills).
+  LaunchFn decode_pipelined = nullptr, decode_pipelined_12 = nullptr;
   bool shared_wgmma = false;  // the shared launch is shared_attention.cuh's kernel
 };
 
@@ -107,6 +110,10 @@ KernelPair kernels_for(int shared_tile_rows) {
   k.decode = launch_decode<T, D, 3>, k.decode_blocks_per_sm = prepare_decode<T, D, 3>();
   k.decode_narrow = launch_decode<T, D, 5>;
   prepare_decode<T, D, 5>();
+  k.decode_pipelined = launch_decode<T, D, 2, true>;
+  prepare_decode<T, D, 2, true>();
+  k.decode_pipelined_12 = launch_decode<T, D, 3, true>;
+  prepare_decode<T, D, 3, true>();
   return k;
 }
 
@@ -184,6 +191,7 @@ struct PagedAttentionRunner::Impl {
   int shared_grid = 0, suffix_grid = 0, decode_grid = 0;
   bool suffix_decode = true;  // set by upload (choose_decode_suffix)
   bool decode_narrow = false;  // set by upload: every suffix item has <= 2 rows
+  int decode_pipelined = 0;  // set by upload: HYDRAGEN_DECODE_PIPELINED (0: off, 8 or 12 warps per SM)
   std::int32_t* pages = nullptr;
   attn::PlanPiece* pieces = nullptr;
   attn::PlanRow* rows = nullptr;
@@ -250,6 +258,11 @@ void PagedAttentionRunner::upload(const attn::AttentionPlan& plan) {
     m.decode_narrow = std::getenv("HYDRAGEN_DECODE_NARROW") != nullptr ||
                       (narrow_rows && (items <= 8192 || pieces <= 2 * items) &&
                        std::getenv("HYDRAGEN_DECODE_WIDE") == nullptr);
+    // The pipelined loop for one-row items (docs/perf-notes.md v6-suffix): written before a
+    // GPU run, so only on request until the H200 A/B decides the rule. HYDRAGEN_DECODE_PIPELINED
+    // = 12 picks the 12-warps-per-SM build, any other value the 8-warps one.
+    const char* piped = std::getenv("HYDRAGEN_DECODE_PIPELINED");
+    m.decode_pipelined = piped == nullptr ? 0 : std::string(piped) == "12" ? 12 : 8;
   }
   copy_to(m.pieces, plan.pieces, m.capacity.pieces, "pieces");
   copy_to(m.rows, plan.rows, m.capacity.rows, "rows");
@@ -264,7 +277,8 @@ void PagedAttentionRunner::upload(const attn::AttentionPlan& plan) {
 }
 
 int PagedAttentionRunner::launch_variant() const {
-  return (impl_->suffix_decode ? 1 : 0) | (impl_->decode_narrow ? 2 : 0);
+  return (impl_->suffix_decode ? 1 : 0) | (impl_->decode_narrow ? 2 : 0) | (impl_->decode_pipelined == 8 ? 4 : 0) |
+         (impl_->decode_pipelined == 12 ? 8 : 0);
 }
 
 void PagedAttentionRunner::poison_states() {
@@ -295,7 +309,11 @@ void PagedAttentionRunner::run(const PagedAttentionArgs& args, void* stream, boo
   }
   if (shared_only || m.suffix_grid == 0) return;
   p.items = m.suffix_items, p.item_count = m.counts + 1;
-  if (m.suffix_decode) (m.decode_narrow ? m.kernels.decode_narrow : m.kernels.decode)(p, m.decode_grid, st);
+  if (m.suffix_decode)
+    (m.decode_pipelined == 8    ? m.kernels.decode_pipelined
+     : m.decode_pipelined == 12 ? m.kernels.decode_pipelined_12
+     : m.decode_narrow          ? m.kernels.decode_narrow
+                                : m.kernels.decode)(p, m.decode_grid, st);
   else m.kernels.suffix(p, m.suffix_grid, st);
   HG_CUDA_CHECK(cudaGetLastError());
 }
