@@ -310,12 +310,13 @@ TEST(CudaAttention, MhaDecodeUnderStackedPrefixMatchesReference) {
 #endif
 }
 
-// The pipelined decode loop (HYDRAGEN_DECODE_PIPELINED) and the default one on the same plans:
-// the same arithmetic in the same order, so equal outputs bit for bit, and both match the
-// float64 reference. One-row items (MHA) whose suffixes end on and around chunk (32 keys) and
-// piece (64 keys) boundaries, empty ones, split and unsplit, under stacked and unstacked
+// The pipelined decode kernel (HYDRAGEN_DECODE_PIPELINED) and the default one on the same
+// plans: the same arithmetic in the same order, so equal outputs bit for bit, and both match
+// the float64 reference. One-row items (MHA) whose suffixes end on and around chunk (32 keys)
+// and piece (64 keys) boundaries, empty ones, split and unsplit, under stacked and unstacked
 // prefixes; page sizes 16 and 64, d 64 and 128; some GQA trials (their items take the default
-// loop in both kernels).
+// loop in both kernels); the last two trials have 4096 items, more than the persistent warps of
+// either build (132 SMs x 8 or 12), so warps run several items with their heads prefetched.
 TEST(CudaAttention, PipelinedDecodeEqualsDefaultDecodeBitForBit) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA
@@ -323,14 +324,15 @@ TEST(CudaAttention, PipelinedDecodeEqualsDefaultDecodeBitForBit) {
   SCOPED_TRACE(rng.trace());
   const ScopedEnv suffix_env("HYDRAGEN_SUFFIX_KERNEL", "decode");
   int one_row_items = 0;
-  for (int trial = 0; trial < 16; ++trial) {
+  for (int trial = 0; trial < 18; ++trial) {
+    const bool many = trial >= 16;
     testing::PagedShape shape;
     shape.page_size = trial % 2 ? 16 : 64;
     shape.head_dim = trial / 2 % 2 ? 64 : 128;
     shape.groups = trial % 8 == 7 ? 4 : 1;
-    shape.kv_heads = rng.uniform_int(1, 3);
+    shape.kv_heads = many ? 4 : rng.uniform_int(1, 3);
     shape.depth = rng.uniform_int(1, 2);
-    shape.batch = rng.pick(std::vector<int>{5, 40});
+    shape.batch = many ? 1024 : rng.pick(std::vector<int>{5, 40});
     shape.suffix_lengths = {0, 1, 2, 31, 32, 33, 63, 64, 65, 97, 128, 200};
     shape.max_query_tokens = trial % 4 == 3 ? 3 : 1;
     shape.round_to_bf16 = true;

@@ -73,6 +73,13 @@ struct DecodeChunk {
   std::int64_t off = 0;   // this lane's key: element offset in the pools (0 when lane >= count)
 };
 
+// What a pipelined item needs before its first chunk, fetched one item ahead (decode_stream).
+struct DecodeHead {
+  attn::PlanPiece piece{0, 0, 0, 0};  // the item's first piece, when it has one
+  attn::PlanRow row{0, 0, 0, 0, 0};   // its first row
+  attn::PlanMergeGroup group{0, 0};   // its merge group
+};
+
 // A lane's DL dims of one V row: 8 bytes for D = 128, 4 for D = 64.
 template <int DL>
 using VWord = std::conditional_t<DL == 4, uint2, std::uint32_t>;
@@ -93,13 +100,14 @@ __device__ __forceinline__ void unpack_v(const VWord<DL>& u, float (&v)[DL]) {
 //
 // Pipelined (R = 1 only; HYDRAGEN_DECODE_PIPELINED, not the default until measured): the same
 // arithmetic in the same order, with the loads reordered so that each K/V round trip overlaps
-// work: the first chunk's piece, page, K and V are requested before Q; while chunk c computes,
-// chunk c+1's K loads replace chunk c's as its scores consume them, chunk c+1's V loads replace
-// chunk c's as P.V consumes them, and chunk c+2's piece and page are fetched. The loop below it
-// waits for K, then for V 8 keys at a time (4 round trips per chunk), after the chunk's scores.
+// work: the item's head (first piece, first row, merge group) comes prefetched, so its first
+// chunk's page, K and V are requested before Q; while chunk c computes, chunk c+1's K loads
+// replace chunk c's as its scores consume them, chunk c+1's V loads replace chunk c's as P.V
+// consumes them, and chunk c+2's piece and page are fetched. The loop below it waits for K,
+// then for V 8 keys at a time (4 round trips per chunk), after the chunk's scores.
 template <class T, int D, int R, bool Pipelined = false>
 __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const attn::PlanItem& it, float* sq,
-                                            float* sp, int lane) {
+                                            float* sp, int lane, const DecodeHead& head = DecodeHead{}) {
   using Shape = DecodeShape<T, D>;
   constexpr int DL = Shape::kDims;
   static_assert(!Pipelined || R == 1, "the pipelined loop serves one-row items");
@@ -107,7 +115,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   const int rows = it.row_count;
   // Row r's fields live in lane r; broadcast by shuffles.
   attn::PlanRow my_row{0, 0, 0, 0, 0};
-  if (lane < rows) my_row = p.rows[it.row_begin + lane];
+  if (lane < rows) my_row = Pipelined ? head.row : p.rows[it.row_begin + lane];
   const T* kp = static_cast<const T*>(p.k_pool);
   const T* vp = static_cast<const T*>(p.v_pool);
 
@@ -144,7 +152,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   };
   DecodeChunk cur, nxt;
   if constexpr (Pipelined) {
-    if (it.piece_count > 0) cur = chunk_at(0, p.pieces[it.piece_begin], 0);
+    if (it.piece_count > 0) cur = chunk_at(0, head.piece, 0);
     load_k(cur);
 #pragma unroll
     for (int j = 0; j < Shape::kChunk; ++j) load_v(cur, j);
@@ -157,10 +165,10 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   float pre_lse = -INFINITY, pre_o[Shape::kDims] = {};
   attn::PlanMergeGroup grp{0, 0};
   if constexpr (R == 1) {
-    grp = p.groups[it.group];
+    grp = Pipelined ? head.group : p.groups[it.group];
     if (grp.items == 1 && grp.columns == 2) {
       pre_col = it.column == 0 ? 1 : 0;
-      const attn::PlanRow row0 = p.rows[it.row_begin];  // lane 0's my_row; a broadcast load
+      const attn::PlanRow row0 = Pipelined ? head.row : p.rows[it.row_begin];  // lane 0's my_row; a broadcast load
       const std::int64_t e = row0.state_base + std::int64_t{pre_col} * row0.state_stride +
                              std::int64_t{it.kv_head} * group_size + row0.group;
       pre_lse = __ldcg(p.states.lse + e);
@@ -486,19 +494,54 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
 // MinBlocks: 3 for the general kernel (168 registers); 5 for the narrow one the runner picks
 // when every item has <= 2 rows (MHA): <= 102 registers, 20 warps per SM for the one-key
 // items' latency chains. The narrow kernel still runs wider items correctly (spilling).
-// Pipelined: one-row items take decode_item's pipelined loop (its K and V registers fit
-// without spills at MinBlocks 2; at 3 a few bytes spill).
+// The pipelined kernel's warps are persistent: a warp runs items first, first + stride, ...;
+// each item's descriptor is loaded two items ahead and its head one item ahead, so a one-row
+// item starts with its first page lookup instead of item -> piece -> page and row -> Q.
+template <class T, int D>
+__device__ __forceinline__ void decode_stream(const PagedAttentionParams& p, float* sq, float* sp, int lane,
+                                              int first, int stride) {
+  const int count = *p.item_count;
+  auto item_at = [&](int i) { return i < count ? p.items[i] : attn::PlanItem{0, 0, 0, 0, 0, 0, 0}; };
+  auto head_of = [&](int i, const attn::PlanItem& it) {
+    DecodeHead h;
+    if (i < count) {
+      if (it.piece_count > 0) h.piece = p.pieces[it.piece_begin];
+      if (it.row_count > 0) h.row = p.rows[it.row_begin];
+      h.group = p.groups[it.group];
+    }
+    return h;
+  };
+  attn::PlanItem it = item_at(first), it1 = item_at(first + stride);
+  DecodeHead head = head_of(first, it);
+  for (int i = first; i < count; i += stride) {
+    const DecodeHead head1 = head_of(i + stride, it1);
+    const attn::PlanItem it2 = item_at(i + 2 * stride);
+    if (it.row_count <= 1) decode_item<T, D, 1, true>(p, it, sq, sp, lane, head);
+    else if (it.row_count <= 2) decode_item<T, D, 2>(p, it, sq, sp, lane);
+    else if (it.row_count <= 4) decode_item<T, D, 4>(p, it, sq, sp, lane);
+    else decode_item<T, D, 8>(p, it, sq, sp, lane);
+    it = it1, it1 = it2, head = head1;
+  }
+}
+
+// Pipelined: persistent warps through decode_stream (one-row items take the pipelined loop;
+// its K and V registers fit without spills at MinBlocks 2, at 3 a few bytes spill); else one
+// warp per item, blocks past the item count exit at once.
 template <class T, int D, int MinBlocks = 3, bool Pipelined = false>
 __global__ void __launch_bounds__(DecodeShape<T, D>::kThreads, MinBlocks) decode_attention_kernel(const PagedAttentionParams p) {
   using Shape = DecodeShape<T, D>;
   extern __shared__ __align__(16) unsigned char smem[];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int item_index = blockIdx.x * Shape::kWarps + warp;
-  if (item_index >= *p.item_count) return;
   float* sq = reinterpret_cast<float*>(smem) + warp * Shape::kWarpSmemFloats;  // [kRows][D]
   float* sp = sq + Shape::kRows * D;                                           // [kRows][kChunk]
+  if constexpr (Pipelined) {
+    decode_stream<T, D>(p, sq, sp, lane, blockIdx.x * Shape::kWarps + warp, gridDim.x * Shape::kWarps);
+    return;
+  }
+  const int item_index = blockIdx.x * Shape::kWarps + warp;
+  if (item_index >= *p.item_count) return;
   const attn::PlanItem it = p.items[item_index];
-  if (it.row_count <= 1) decode_item<T, D, 1, Pipelined>(p, it, sq, sp, lane);
+  if (it.row_count <= 1) decode_item<T, D, 1>(p, it, sq, sp, lane);
   else if (it.row_count <= 2) decode_item<T, D, 2>(p, it, sq, sp, lane);
   else if (it.row_count <= 4) decode_item<T, D, 4>(p, it, sq, sp, lane);
   else decode_item<T, D, 8>(p, it, sq, sp, lane);

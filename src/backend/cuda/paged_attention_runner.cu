@@ -80,6 +80,7 @@ struct KernelPair {
   // One-row items through the pipelined loop (opt-in, A/B): at <= 255 registers (8 warps per
   // SM, no spills) and at <= 168 (12 warps per SM, a few spills).
   LaunchFn decode_pipelined = nullptr, decode_pipelined_12 = nullptr;
+  int decode_pipelined_blocks_per_sm = 0, decode_pipelined_12_blocks_per_sm = 0;  // persistent grids
   bool shared_wgmma = false;  // the shared launch is shared_attention.cuh's kernel
 };
 
@@ -111,9 +112,9 @@ KernelPair kernels_for(int shared_tile_rows) {
   k.decode_narrow = launch_decode<T, D, 5>;
   prepare_decode<T, D, 5>();
   k.decode_pipelined = launch_decode<T, D, 2, true>;
-  prepare_decode<T, D, 2, true>();
+  k.decode_pipelined_blocks_per_sm = prepare_decode<T, D, 2, true>();
   k.decode_pipelined_12 = launch_decode<T, D, 3, true>;
-  prepare_decode<T, D, 3, true>();
+  k.decode_pipelined_12_blocks_per_sm = prepare_decode<T, D, 3, true>();
   return k;
 }
 
@@ -189,6 +190,7 @@ struct PagedAttentionRunner::Impl {
   PlanCapacity capacity;
   KernelPair kernels;
   int shared_grid = 0, suffix_grid = 0, decode_grid = 0;
+  int pipelined_grid = 0, pipelined_12_grid = 0;  // persistent: at most one wave of blocks
   bool suffix_decode = true;  // set by upload (choose_decode_suffix)
   bool decode_narrow = false;  // set by upload: every suffix item has <= 2 rows
   int decode_pipelined = 0;  // set by upload: HYDRAGEN_DECODE_PIPELINED (0: off, 8 or 12 warps per SM)
@@ -218,6 +220,8 @@ PagedAttentionRunner::PagedAttentionRunner(DType dtype, int head_dim, int q_head
   m.suffix_grid = static_cast<int>(std::min<std::int64_t>(capacity.suffix_items, sms * m.kernels.suffix_blocks_per_sm));
   // decode: one warp per item, blocks past the item count exit at once
   m.decode_grid = static_cast<int>((capacity.suffix_items + kDecodeItemsPerBlock - 1) / kDecodeItemsPerBlock);
+  m.pipelined_grid = std::min(m.decode_grid, sms * m.kernels.decode_pipelined_blocks_per_sm);
+  m.pipelined_12_grid = std::min(m.decode_grid, sms * m.kernels.decode_pipelined_12_blocks_per_sm);
   m.pages = device_array<std::int32_t>(capacity.pages);
   m.pieces = device_array<attn::PlanPiece>(capacity.pieces);
   m.rows = device_array<attn::PlanRow>(capacity.rows);
@@ -309,11 +313,9 @@ void PagedAttentionRunner::run(const PagedAttentionArgs& args, void* stream, boo
   }
   if (shared_only || m.suffix_grid == 0) return;
   p.items = m.suffix_items, p.item_count = m.counts + 1;
-  if (m.suffix_decode)
-    (m.decode_pipelined == 8    ? m.kernels.decode_pipelined
-     : m.decode_pipelined == 12 ? m.kernels.decode_pipelined_12
-     : m.decode_narrow          ? m.kernels.decode_narrow
-                                : m.kernels.decode)(p, m.decode_grid, st);
+  if (m.suffix_decode && m.decode_pipelined == 8) m.kernels.decode_pipelined(p, m.pipelined_grid, st);
+  else if (m.suffix_decode && m.decode_pipelined == 12) m.kernels.decode_pipelined_12(p, m.pipelined_12_grid, st);
+  else if (m.suffix_decode) (m.decode_narrow ? m.kernels.decode_narrow : m.kernels.decode)(p, m.decode_grid, st);
   else m.kernels.suffix(p, m.suffix_grid, st);
   HG_CUDA_CHECK(cudaGetLastError());
 }
