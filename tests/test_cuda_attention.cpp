@@ -362,6 +362,54 @@ TEST(CudaAttention, PipelinedDecodeEqualsDefaultDecodeBitForBit) {
 #endif
 }
 
+#ifdef HYDRAGEN_WITH_CUDA
+// A plan of B sequences under one segment of `context` tokens, `suffix` own tokens each.
+attn::AttentionPlan one_segment_plan(int batch, int kv_heads, int q_heads, std::int64_t context, std::int64_t suffix,
+                                     AttentionMode mode) {
+  attn::PagedLayout layout;
+  layout.kv_heads = kv_heads, layout.q_heads = q_heads, layout.head_dim = 128;
+  std::int32_t next = 0;
+  auto pages = [&](std::int64_t tokens) {
+    std::vector<std::int32_t> ids;
+    for (std::int64_t t = 0; t < tokens; t += layout.page_size) ids.push_back(next++);
+    return ids;
+  };
+  layout.segments.push_back({kNoParent, context, pages(context), 0});
+  for (int b = 0; b < batch; ++b) layout.sequences.push_back({0, suffix, pages(suffix), 1, 0});
+  attn::PlanOptions options;
+  options.mode = mode;
+  options.shared_slots = 264, options.suffix_slots = 1584;  // the H200's, as on the device
+  return attn::build_attention_plan(layout, options);
+}
+#endif
+
+// The suffix kernel choice. Per item (the default): Yi-6B's shape (32/4) paged over a 20K
+// document takes the decode kernel at 32 questions (the split items are short) and the mma
+// kernel at 64; per merge group (HYDRAGEN_SUFFIX_RULE=groups) both take the mma kernel. Short
+// GQA contexts, every MHA plan and hydragen's stacked document take the decode kernel under
+// both rules. No GPU needed: the choice is host code.
+TEST(CudaDispatch, SuffixKernelRulePerItemAndPerMergeGroup) {
+#ifdef HYDRAGEN_WITH_CUDA
+  for (const char* rule : {"items", "groups"}) {
+    const ScopedEnv env("HYDRAGEN_SUFFIX_RULE", std::string(rule) == "groups" ? "groups" : nullptr);
+    for (const int questions : {32, 64}) {
+      const attn::AttentionPlan plan = one_segment_plan(questions, 4, 32, 20000, 40, AttentionMode::paged);
+      EXPECT_EQ(cuda::suffix_runs_decode_kernel(plan), std::string(rule) == "items" && questions == 32)
+          << rule << ": " << questions << " questions";
+    }
+    EXPECT_TRUE(cuda::suffix_runs_decode_kernel(one_segment_plan(64, 8, 32, 1024, 1, AttentionMode::paged))) << rule;
+    EXPECT_FALSE(cuda::suffix_runs_decode_kernel(one_segment_plan(64, 8, 32, 16384, 1, AttentionMode::paged))) << rule;
+    EXPECT_TRUE(cuda::suffix_runs_decode_kernel(one_segment_plan(64, 1, 8, 4096, 1, AttentionMode::paged))) << rule;
+    EXPECT_TRUE(cuda::suffix_runs_decode_kernel(one_segment_plan(16, 40, 40, 32768, 1, AttentionMode::paged))) << rule;
+    EXPECT_TRUE(cuda::suffix_runs_decode_kernel(one_segment_plan(32, 4, 32, 20000, 40, AttentionMode::hydragen))) << rule;
+  }
+  const ScopedEnv forced("HYDRAGEN_SUFFIX_KERNEL", "decode");
+  EXPECT_TRUE(cuda::suffix_runs_decode_kernel(one_segment_plan(64, 4, 32, 20000, 40, AttentionMode::paged)));
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
 TEST(CudaAttention, UnsupportedHeadDimIsAClearError) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA

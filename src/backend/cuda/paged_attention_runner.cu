@@ -53,13 +53,22 @@ int prepare_decode() {
 }
 constexpr int kDecodeItemsPerBlock = 4;  // DecodeShape::kWarps
 
+}  // namespace
+
 // Which kernel runs the suffix launch, chosen at upload from the plan: the decode kernel
 // (one warp per item) for items of <= 2 rows (MHA) and for items of <= 32 pieces (2K keys)
 // on average; the mma kernel for longer items of 3..8 rows, where its tensor-core tile streams
 // K/V faster (A/B on the H200: 32/8 B=64 16K paged 0.99 mma vs 1.40 ms decode; B=64 1K 0.12
-// decode vs 0.23 ms mma; docs/perf-notes.md v4). Both are correct for every plan, so a graph captured before an
-// upload stays correct. HYDRAGEN_SUFFIX_KERNEL=mma|decode forces one (A/B timing).
-bool choose_decode_suffix(const attn::AttentionPlan& plan) {
+// decode vs 0.23 ms mma; 8/1 B=64 4K 0.146 decode vs 0.216 mma; docs/perf-notes.md v4). Both
+// are correct for every plan, so a graph captured before an upload stays correct.
+// HYDRAGEN_SUFFIX_KERNEL=mma|decode forces one (A/B timing). HYDRAGEN_SUFFIX_RULE=groups
+// counts pieces per merge group instead (<= 128: 8K keys per row group, a guess between the
+// 4K and 16K points above): splitting a long context to fill the slots shortens its items but
+// not the decode kernel's work per key, and the per-item rule sends Yi-6B paged at 32
+// questions on a 20K document to the decode kernel (34 ms per step) but 64 questions to the
+// mma kernel (25 ms). Opt-in until measured: it also moves 45 points of the issue-3 sweep
+// (perf-notes v6-rule).
+bool suffix_runs_decode_kernel(const attn::AttentionPlan& plan) {
   if (const char* env = std::getenv("HYDRAGEN_SUFFIX_KERNEL")) {
     if (std::string(env) == "mma") return false;
     if (std::string(env) == "decode") return true;
@@ -68,8 +77,14 @@ bool choose_decode_suffix(const attn::AttentionPlan& plan) {
   std::int64_t pieces = 0;
   int max_rows = 0;
   for (const attn::PlanItem& it : plan.suffix_items) pieces += it.piece_count, max_rows = std::max(max_rows, it.row_count);
-  return pieces <= 32 * static_cast<std::int64_t>(plan.suffix_items.size()) || max_rows <= 2;
+  if (max_rows <= 2) return true;
+  const char* rule = std::getenv("HYDRAGEN_SUFFIX_RULE");
+  if (rule != nullptr && std::string(rule) == "groups")
+    return pieces <= 128 * static_cast<std::int64_t>(std::max<std::size_t>(plan.groups.size(), 1));
+  return pieces <= 32 * static_cast<std::int64_t>(plan.suffix_items.size());
 }
+
+namespace {
 
 struct KernelPair {
   LaunchFn shared, suffix;
@@ -191,7 +206,7 @@ struct PagedAttentionRunner::Impl {
   KernelPair kernels;
   int shared_grid = 0, suffix_grid = 0, decode_grid = 0;
   int pipelined_grid = 0, pipelined_12_grid = 0;  // persistent: at most one wave of blocks
-  bool suffix_decode = true;  // set by upload (choose_decode_suffix)
+  bool suffix_decode = true;  // set by upload (suffix_runs_decode_kernel)
   bool decode_narrow = false;  // set by upload: every suffix item has <= 2 rows
   int decode_pipelined = 0;  // set by upload: HYDRAGEN_DECODE_PIPELINED (0: off, 8 or 12 warps per SM)
   std::int32_t* pages = nullptr;
@@ -248,7 +263,7 @@ PagedAttentionRunner::~PagedAttentionRunner() {
 void PagedAttentionRunner::upload(const attn::AttentionPlan& plan) {
   Impl& m = *impl_;
   copy_to(m.pages, plan.pages, m.capacity.pages, "pages");
-  m.suffix_decode = choose_decode_suffix(plan);
+  m.suffix_decode = suffix_runs_decode_kernel(plan);
   // Narrow (20 warps/SM) when every item has <= 2 rows and the launch is either short items
   // (one-key hydragen suffixes: 40/40 B=1024 2K 0.347 -> 0.304 ms) or few items (B=64 MHA
   // paged 1K/2K/16K 3.2-3.5 -> 3.6-3.9 TB/s); at B=1024 with long items the wide kernel

@@ -44,6 +44,10 @@ bool supported_head_dim(int head_dim);
 // (PlanOptions::shared_split_past_one_wave); HYDRAGEN_SHARED_WAVES=0/1 overrides that.
 attn::PlanOptions plan_options_for_device(DType dtype, int head_dim, AttentionMode mode, bool causal);
 
+// Whether the suffix launch of `plan` runs the decode kernel (else the mma.sync kernel): the
+// runner's choice at upload (rule and A/B numbers in paged_attention_runner.cu). Host only.
+bool suffix_runs_decode_kernel(const attn::AttentionPlan& plan);
+
 class PagedAttentionRunner {
  public:
   // shared_tile_rows must match the plan's (PlanOptions::shared_tile_rows).
