@@ -310,14 +310,14 @@ TEST(CudaAttention, MhaDecodeUnderStackedPrefixMatchesReference) {
 #endif
 }
 
-// The pipelined decode kernel (HYDRAGEN_DECODE_PIPELINED) and the default one on the same
-// plans: the same arithmetic in the same order, so equal outputs bit for bit, and both match
-// the float64 reference. One-row items (MHA) whose suffixes end on and around chunk (32 keys)
+// The opt-in decode kernels (HYDRAGEN_DECODE_LOOP: pipelined and streamed, two builds each)
+// and the default one on the same plans: the same arithmetic in the same order, so equal
+// outputs bit for bit, and all match the float64 reference. One-row items (MHA) whose suffixes end on and around chunk (32 keys)
 // and piece (64 keys) boundaries, empty ones, split and unsplit, under stacked and unstacked
 // prefixes; page sizes 16 and 64, d 64 and 128; some GQA trials (their items take the default
-// loop in both kernels); the last two trials have 4096 items, more than the persistent warps of
-// either build (132 SMs x 8 or 12), so warps run several items with their heads prefetched.
-TEST(CudaAttention, PipelinedDecodeEqualsDefaultDecodeBitForBit) {
+// loop in every kernel); the last two trials have 4096 items, more than the persistent warps
+// of any build (132 SMs x 8..20), so warps run several items with their heads prefetched.
+TEST(CudaAttention, PersistentDecodeKernelsEqualTheDefaultBitForBit) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA
   Rng rng;
@@ -344,10 +344,10 @@ TEST(CudaAttention, PipelinedDecodeEqualsDefaultDecodeBitForBit) {
     for (const attn::PlanItem& it : plan.suffix_items) one_row_items += it.row_count == 1;
     const AttentionState plain = run_on_device(c, plan, options.shared_tile_rows);
     const AttentionState ref = reference_tree_attention(c.tree, c.q);
-    for (const char* warps : {"8", "12"}) {  // the two builds of the pipelined kernel
-      const ScopedEnv env("HYDRAGEN_DECODE_PIPELINED", warps);
+    for (const char* loop : {"pipelined", "pipelined12", "streamed", "streamed16"}) {
+      const ScopedEnv env("HYDRAGEN_DECODE_LOOP", loop);
       const AttentionState piped = run_on_device(c, plan, options.shared_tile_rows);
-      const std::string what = concat("trial ", trial, " ", warps, " warps/SM ", mode_name(mode), " page ",
+      const std::string what = concat("trial ", trial, " ", loop, " ", mode_name(mode), " page ",
                                       shape.page_size, " d ", shape.head_dim, " G ", shape.groups, " Hkv ",
                                       shape.kv_heads, " batch ", shape.batch, " T<=", shape.max_query_tokens,
                                       " stacked ", plan.stacked_segments);

@@ -98,24 +98,27 @@ __device__ __forceinline__ void unpack_v(const VWord<DL>& u, float (&v)[DL]) {
 // One item of <= R rows (R: 1, 2, 4 or 8; the kernel picks the smallest that holds it, so an
 // MHA decode row does 1/8 of the arithmetic of a GQA group of 8).
 //
-// Pipelined (R = 1 only; HYDRAGEN_DECODE_PIPELINED, not the default until measured): the same
-// arithmetic in the same order, with the loads reordered so that each K/V round trip overlaps
-// work: the item's head (first piece, first row, merge group) comes prefetched, so its first
+// Headed (R = 1 only; the streamed and pipelined kernels of HYDRAGEN_DECODE_LOOP, not the
+// default until measured): the item's head (first piece, first row, merge group) comes
+// prefetched by decode_stream instead of being loaded here.
+// Pipelined (Headed too): the same arithmetic in the same order, with the loads reordered so
+// that each K/V round trip overlaps work: with the head prefetched, the first
 // chunk's page, K and V are requested before Q; while chunk c computes, chunk c+1's K loads
 // replace chunk c's as its scores consume them, chunk c+1's V loads replace chunk c's as P.V
 // consumes them, and chunk c+2's piece and page are fetched. The loop below it waits for K,
 // then for V 8 keys at a time (4 round trips per chunk), after the chunk's scores.
-template <class T, int D, int R, bool Pipelined = false>
+template <class T, int D, int R, bool Headed = false, bool Pipelined = false>
 __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const attn::PlanItem& it, float* sq,
                                             float* sp, int lane, const DecodeHead& head = DecodeHead{}) {
   using Shape = DecodeShape<T, D>;
   constexpr int DL = Shape::kDims;
-  static_assert(!Pipelined || R == 1, "the pipelined loop serves one-row items");
+  static_assert(!Headed || R == 1, "prefetched heads and the pipelined loop serve one-row items");
+  static_assert(!Pipelined || Headed, "the pipelined loop takes a prefetched head");
   const int group_size = p.q_heads / p.kv_heads;
   const int rows = it.row_count;
   // Row r's fields live in lane r; broadcast by shuffles.
   attn::PlanRow my_row{0, 0, 0, 0, 0};
-  if (lane < rows) my_row = Pipelined ? head.row : p.rows[it.row_begin + lane];
+  if (lane < rows) my_row = Headed ? head.row : p.rows[it.row_begin + lane];
   const T* kp = static_cast<const T*>(p.k_pool);
   const T* vp = static_cast<const T*>(p.v_pool);
 
@@ -165,10 +168,10 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   float pre_lse = -INFINITY, pre_o[Shape::kDims] = {};
   attn::PlanMergeGroup grp{0, 0};
   if constexpr (R == 1) {
-    grp = Pipelined ? head.group : p.groups[it.group];
+    grp = Headed ? head.group : p.groups[it.group];
     if (grp.items == 1 && grp.columns == 2) {
       pre_col = it.column == 0 ? 1 : 0;
-      const attn::PlanRow row0 = Pipelined ? head.row : p.rows[it.row_begin];  // lane 0's my_row; a broadcast load
+      const attn::PlanRow row0 = Headed ? head.row : p.rows[it.row_begin];  // lane 0's my_row; a broadcast load
       const std::int64_t e = row0.state_base + std::int64_t{pre_col} * row0.state_stride +
                              std::int64_t{it.kv_head} * group_size + row0.group;
       pre_lse = __ldcg(p.states.lse + e);
@@ -287,7 +290,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   attn::PlanPiece next_piece{0, 0, 0, 0};
   std::int64_t next_off = 0;
   if (chunks > 0) {
-    next_piece = p.pieces[it.piece_begin];
+    next_piece = Headed ? head.piece : p.pieces[it.piece_begin];
     locate(next_piece, 0, next_off);
   }
   for (int ci = 0; ci < chunks; ++ci) {
@@ -491,13 +494,18 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   }
 }
 
-// MinBlocks: 3 for the general kernel (168 registers); 5 for the narrow one the runner picks
-// when every item has <= 2 rows (MHA): <= 102 registers, 20 warps per SM for the one-key
-// items' latency chains. The narrow kernel still runs wider items correctly (spilling).
-// The pipelined kernel's warps are persistent: a warp runs items first, first + stride, ...;
-// each item's descriptor is loaded two items ahead and its head one item ahead, so a one-row
-// item starts with its first page lookup instead of item -> piece -> page and row -> Q.
-template <class T, int D>
+// How a decode kernel walks its items: the default, and two opt-in candidates (A/B pending,
+// docs/perf-notes.md v6-suffix).
+enum class DecodeLoop {
+  per_item,   // one warp per item; an item's descriptor, rows and first piece load as it starts
+  streamed,   // persistent warps; each item's head prefetched one item ahead (decode_stream)
+  pipelined,  // streamed, and one-row items' K/V loaded one chunk ahead (decode_item)
+};
+
+// Persistent warps: a warp runs items first, first + stride, ...; each item's descriptor is
+// loaded two items ahead and its head one item ahead, so a one-row item starts with its first
+// page lookup instead of item -> piece -> page and row -> Q.
+template <class T, int D, bool Pipelined>
 __device__ __forceinline__ void decode_stream(const PagedAttentionParams& p, float* sq, float* sp, int lane,
                                               int first, int stride) {
   const int count = *p.item_count;
@@ -516,7 +524,7 @@ __device__ __forceinline__ void decode_stream(const PagedAttentionParams& p, flo
   for (int i = first; i < count; i += stride) {
     const DecodeHead head1 = head_of(i + stride, it1);
     const attn::PlanItem it2 = item_at(i + 2 * stride);
-    if (it.row_count <= 1) decode_item<T, D, 1, true>(p, it, sq, sp, lane, head);
+    if (it.row_count <= 1) decode_item<T, D, 1, true, Pipelined>(p, it, sq, sp, lane, head);
     else if (it.row_count <= 2) decode_item<T, D, 2>(p, it, sq, sp, lane);
     else if (it.row_count <= 4) decode_item<T, D, 4>(p, it, sq, sp, lane);
     else decode_item<T, D, 8>(p, it, sq, sp, lane);
@@ -524,18 +532,21 @@ __device__ __forceinline__ void decode_stream(const PagedAttentionParams& p, flo
   }
 }
 
-// Pipelined: persistent warps through decode_stream (one-row items take the pipelined loop;
-// its K and V registers fit without spills at MinBlocks 2, at 3 a few bytes spill); else one
-// warp per item, blocks past the item count exit at once.
-template <class T, int D, int MinBlocks = 3, bool Pipelined = false>
+// MinBlocks: 3 for the general kernel (168 registers); 5 for the narrow one the runner picks
+// when every item has <= 2 rows (MHA): <= 102 registers, 20 warps per SM for the one-key
+// items' latency chains (it still runs wider items correctly, spilling); the pipelined loop's
+// K and V registers fit without spills at 2. Streamed and pipelined grids are persistent (one
+// wave of blocks); per_item has one warp per item, blocks past the item count exit at once.
+template <class T, int D, int MinBlocks = 3, DecodeLoop Loop = DecodeLoop::per_item>
 __global__ void __launch_bounds__(DecodeShape<T, D>::kThreads, MinBlocks) decode_attention_kernel(const PagedAttentionParams p) {
   using Shape = DecodeShape<T, D>;
   extern __shared__ __align__(16) unsigned char smem[];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   float* sq = reinterpret_cast<float*>(smem) + warp * Shape::kWarpSmemFloats;  // [kRows][D]
   float* sp = sq + Shape::kRows * D;                                           // [kRows][kChunk]
-  if constexpr (Pipelined) {
-    decode_stream<T, D>(p, sq, sp, lane, blockIdx.x * Shape::kWarps + warp, gridDim.x * Shape::kWarps);
+  if constexpr (Loop != DecodeLoop::per_item) {
+    decode_stream<T, D, Loop == DecodeLoop::pipelined>(p, sq, sp, lane, blockIdx.x * Shape::kWarps + warp,
+                                                       gridDim.x * Shape::kWarps);
     return;
   }
   const int item_index = blockIdx.x * Shape::kWarps + warp;

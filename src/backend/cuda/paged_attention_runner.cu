@@ -35,16 +35,16 @@ int prepare() {
   return blocks;
 }
 
-// The suffix launch's decode kernel (one warp per item, non-persistent grid).
-template <class T, int D, int MinBlocks, bool Pipelined = false>
+// The suffix launch's decode kernel (by default one warp per item, non-persistent grid).
+template <class T, int D, int MinBlocks, DecodeLoop Loop = DecodeLoop::per_item>
 void launch_decode(const PagedAttentionParams& p, int grid, cudaStream_t stream) {
   using Shape = DecodeShape<T, D>;
-  decode_attention_kernel<T, D, MinBlocks, Pipelined><<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(p);
+  decode_attention_kernel<T, D, MinBlocks, Loop><<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(p);
 }
-template <class T, int D, int MinBlocks, bool Pipelined = false>
+template <class T, int D, int MinBlocks, DecodeLoop Loop = DecodeLoop::per_item>
 int prepare_decode() {
   using Shape = DecodeShape<T, D>;
-  auto kernel = decode_attention_kernel<T, D, MinBlocks, Pipelined>;
+  auto kernel = decode_attention_kernel<T, D, MinBlocks, Loop>;
   HG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes));
   int blocks = 0;
   HG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, Shape::kThreads, Shape::kSmemBytes));
@@ -52,6 +52,20 @@ int prepare_decode() {
   return blocks;
 }
 constexpr int kDecodeItemsPerBlock = 4;  // DecodeShape::kWarps
+
+// The opt-in persistent decode kernels (docs/perf-notes.md v6-suffix), written before a GPU
+// run, so only on request until the H200 A/B decides: HYDRAGEN_DECODE_LOOP = pipelined (8
+// warps per SM) | pipelined12 (12) | streamed (20) | streamed16 (16). Returns the index into
+// KernelPair::decode_streams, -1 when unset.
+int decode_loop_from_environment() {
+  const char* env = std::getenv("HYDRAGEN_DECODE_LOOP");
+  if (env == nullptr || *env == '\0') return -1;
+  const std::string name(env);
+  const char* names[4] = {"pipelined", "pipelined12", "streamed", "streamed16"};
+  for (int v = 0; v < 4; ++v)
+    if (name == names[v]) return v;
+  fail("HYDRAGEN_DECODE_LOOP: unknown value '", name, "' (pipelined, pipelined12, streamed, streamed16)");
+}
 
 }  // namespace
 
@@ -92,10 +106,9 @@ struct KernelPair {
   LaunchFn decode = nullptr;  // the suffix launch when set
   int decode_blocks_per_sm = 0;
   LaunchFn decode_narrow = nullptr;  // the decode kernel at <= 102 registers (items of <= 2 rows)
-  // One-row items through the pipelined loop (opt-in, A/B): at <= 255 registers (8 warps per
-  // SM, no spills) and at <= 168 (12 warps per SM, a few spills).
-  LaunchFn decode_pipelined = nullptr, decode_pipelined_12 = nullptr;
-  int decode_pipelined_blocks_per_sm = 0, decode_pipelined_12_blocks_per_sm = 0;  // persistent grids
+  // Opt-in persistent decode kernels (HYDRAGEN_DECODE_LOOP, A/B), indexed by DecodeVariant.
+  LaunchFn decode_streams[4] = {};
+  int decode_stream_blocks_per_sm[4] = {};
   bool shared_wgmma = false;  // the shared launch is shared_attention.cuh's kernel
 };
 
@@ -126,10 +139,15 @@ KernelPair kernels_for(int shared_tile_rows) {
   k.decode = launch_decode<T, D, 3>, k.decode_blocks_per_sm = prepare_decode<T, D, 3>();
   k.decode_narrow = launch_decode<T, D, 5>;
   prepare_decode<T, D, 5>();
-  k.decode_pipelined = launch_decode<T, D, 2, true>;
-  k.decode_pipelined_blocks_per_sm = prepare_decode<T, D, 2, true>();
-  k.decode_pipelined_12 = launch_decode<T, D, 3, true>;
-  k.decode_pipelined_12_blocks_per_sm = prepare_decode<T, D, 3, true>();
+  constexpr DecodeLoop kPipelined = DecodeLoop::pipelined, kStreamed = DecodeLoop::streamed;
+  k.decode_streams[0] = launch_decode<T, D, 2, kPipelined>;
+  k.decode_stream_blocks_per_sm[0] = prepare_decode<T, D, 2, kPipelined>();
+  k.decode_streams[1] = launch_decode<T, D, 3, kPipelined>;
+  k.decode_stream_blocks_per_sm[1] = prepare_decode<T, D, 3, kPipelined>();
+  k.decode_streams[2] = launch_decode<T, D, 5, kStreamed>;
+  k.decode_stream_blocks_per_sm[2] = prepare_decode<T, D, 5, kStreamed>();
+  k.decode_streams[3] = launch_decode<T, D, 4, kStreamed>;
+  k.decode_stream_blocks_per_sm[3] = prepare_decode<T, D, 4, kStreamed>();
   return k;
 }
 
@@ -205,10 +223,10 @@ struct PagedAttentionRunner::Impl {
   PlanCapacity capacity;
   KernelPair kernels;
   int shared_grid = 0, suffix_grid = 0, decode_grid = 0;
-  int pipelined_grid = 0, pipelined_12_grid = 0;  // persistent: at most one wave of blocks
+  int stream_grids[4] = {};  // the persistent decode kernels': at most one wave of blocks
   bool suffix_decode = true;  // set by upload (suffix_runs_decode_kernel)
   bool decode_narrow = false;  // set by upload: every suffix item has <= 2 rows
-  int decode_pipelined = 0;  // set by upload: HYDRAGEN_DECODE_PIPELINED (0: off, 8 or 12 warps per SM)
+  int decode_stream = -1;  // set by upload: HYDRAGEN_DECODE_LOOP's kernel (index into decode_streams), -1: none
   std::int32_t* pages = nullptr;
   attn::PlanPiece* pieces = nullptr;
   attn::PlanRow* rows = nullptr;
@@ -235,8 +253,7 @@ PagedAttentionRunner::PagedAttentionRunner(DType dtype, int head_dim, int q_head
   m.suffix_grid = static_cast<int>(std::min<std::int64_t>(capacity.suffix_items, sms * m.kernels.suffix_blocks_per_sm));
   // decode: one warp per item, blocks past the item count exit at once
   m.decode_grid = static_cast<int>((capacity.suffix_items + kDecodeItemsPerBlock - 1) / kDecodeItemsPerBlock);
-  m.pipelined_grid = std::min(m.decode_grid, sms * m.kernels.decode_pipelined_blocks_per_sm);
-  m.pipelined_12_grid = std::min(m.decode_grid, sms * m.kernels.decode_pipelined_12_blocks_per_sm);
+  for (int v = 0; v < 4; ++v) m.stream_grids[v] = std::min(m.decode_grid, sms * m.kernels.decode_stream_blocks_per_sm[v]);
   m.pages = device_array<std::int32_t>(capacity.pages);
   m.pieces = device_array<attn::PlanPiece>(capacity.pieces);
   m.rows = device_array<attn::PlanRow>(capacity.rows);
@@ -277,11 +294,7 @@ void PagedAttentionRunner::upload(const attn::AttentionPlan& plan) {
     m.decode_narrow = std::getenv("HYDRAGEN_DECODE_NARROW") != nullptr ||
                       (narrow_rows && (items <= 8192 || pieces <= 2 * items) &&
                        std::getenv("HYDRAGEN_DECODE_WIDE") == nullptr);
-    // The pipelined loop for one-row items (docs/perf-notes.md v6-suffix): written before a
-    // GPU run, so only on request until the H200 A/B decides the rule. HYDRAGEN_DECODE_PIPELINED
-    // = 12 picks the 12-warps-per-SM build, any other value the 8-warps one.
-    const char* piped = std::getenv("HYDRAGEN_DECODE_PIPELINED");
-    m.decode_pipelined = piped == nullptr ? 0 : std::string(piped) == "12" ? 12 : 8;
+    m.decode_stream = decode_loop_from_environment();
   }
   copy_to(m.pieces, plan.pieces, m.capacity.pieces, "pieces");
   copy_to(m.rows, plan.rows, m.capacity.rows, "rows");
@@ -296,8 +309,7 @@ void PagedAttentionRunner::upload(const attn::AttentionPlan& plan) {
 }
 
 int PagedAttentionRunner::launch_variant() const {
-  return (impl_->suffix_decode ? 1 : 0) | (impl_->decode_narrow ? 2 : 0) | (impl_->decode_pipelined == 8 ? 4 : 0) |
-         (impl_->decode_pipelined == 12 ? 8 : 0);
+  return (impl_->suffix_decode ? 1 : 0) | (impl_->decode_narrow ? 2 : 0) | ((impl_->decode_stream + 1) << 2);
 }
 
 void PagedAttentionRunner::poison_states() {
@@ -328,8 +340,7 @@ void PagedAttentionRunner::run(const PagedAttentionArgs& args, void* stream, boo
   }
   if (shared_only || m.suffix_grid == 0) return;
   p.items = m.suffix_items, p.item_count = m.counts + 1;
-  if (m.suffix_decode && m.decode_pipelined == 8) m.kernels.decode_pipelined(p, m.pipelined_grid, st);
-  else if (m.suffix_decode && m.decode_pipelined == 12) m.kernels.decode_pipelined_12(p, m.pipelined_12_grid, st);
+  if (m.suffix_decode && m.decode_stream >= 0) m.kernels.decode_streams[m.decode_stream](p, m.stream_grids[m.decode_stream], st);
   else if (m.suffix_decode) (m.decode_narrow ? m.kernels.decode_narrow : m.kernels.decode)(p, m.decode_grid, st);
   else m.kernels.suffix(p, m.suffix_grid, st);
   HG_CUDA_CHECK(cudaGetLastError());
