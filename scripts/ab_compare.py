@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Compares the JSON files of gpu-check's ab stage: for each part (mha, gqa, e2e, docqa) and
+each variant, every point next to the same point of the base variant.
+
+    scripts/ab_compare.py DIR [--base base]
+
+DIR holds ab-NAME-PART.json files. Attention points compare median ms, end-to-end points
+step ms (lower is better); the ratio column is variant / base, so below 1 is a gain.
+"""
+import argparse
+import collections
+import glob
+import json
+import os
+import re
+import sys
+
+PARTS = {
+    # part: (key fields, time field)
+    "mha": (("heads", "kv_heads", "batch", "prefix", "suffix", "mode"), "median_ms"),
+    "gqa": (("heads", "kv_heads", "batch", "prefix", "suffix", "mode"), "median_ms"),
+    "e2e": (("preset", "batch", "prefix", "mode"), "step_ms"),
+    "docqa": (("preset", "batch", "mode"), "step_ms"),
+}
+
+
+def load(directory):
+    """{part: {variant: {key: seconds}}} from ab-VARIANT-PART.json files."""
+    found = collections.defaultdict(dict)
+    for path in sorted(glob.glob(os.path.join(directory, "ab-*-*.json"))):
+        match = re.fullmatch(r"ab-(.+)-([a-z0-9]+)\.json", os.path.basename(path))
+        if not match or match.group(2) not in PARTS:
+            continue
+        variant, part = match.groups()
+        keys, time_field = PARTS[part]
+        with open(path) as f:
+            rows = json.load(f).get("rows", [])
+        found[part][variant] = {
+            tuple(row.get(k) for k in keys): row[time_field]
+            for row in rows
+            if not row.get("skipped") and row.get(time_field) is not None
+        }
+    return found
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("directory")
+    parser.add_argument("--base", default="base", help="the variant the others are compared with")
+    args = parser.parse_args()
+    found = load(args.directory)
+    if not found:
+        sys.exit(f"ab_compare: no ab-*-PART.json files in {args.directory}")
+    for part, variants in found.items():
+        base = variants.get(args.base)
+        if base is None:
+            print(f"== {part}: no '{args.base}' variant, skipped")
+            continue
+        keys, time_field = PARTS[part]
+        for variant, points in variants.items():
+            if variant == args.base:
+                continue
+            print(f"== {part}: {variant} vs {args.base} ({time_field}, ratio < 1 is a gain)")
+            print("  " + " ".join(f"{k:>9}" for k in keys) + f" {'base':>10} {variant[:10]:>10} {'ratio':>7}")
+            ratios = []
+            for key, base_value in sorted(base.items(), key=lambda kv: [str(v) for v in kv[0]]):
+                if key not in points:
+                    continue
+                ratio = points[key] / base_value
+                ratios.append(ratio)
+                print("  " + " ".join(f"{str(v):>9}" for v in key) + f" {base_value:10.4f} {points[key]:10.4f} {ratio:7.3f}")
+            if ratios:
+                print(f"  {len(ratios)} points: best {min(ratios):.3f}, worst {max(ratios):.3f}")
+
+
+if __name__ == "__main__":
+    main()
