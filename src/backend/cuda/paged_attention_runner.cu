@@ -106,7 +106,7 @@ struct KernelPair {
   LaunchFn decode = nullptr;  // the suffix launch when set
   int decode_blocks_per_sm = 0;
   LaunchFn decode_narrow = nullptr;  // the decode kernel at <= 102 registers (items of <= 2 rows)
-  // Opt-in persistent decode kernels (HYDRAGEN_DECODE_LOOP, A/B), indexed by DecodeVariant.
+  // Opt-in persistent decode kernels (HYDRAGEN_DECODE_LOOP, A/B), in decode_loop_from_environment's order.
   LaunchFn decode_streams[4] = {};
   int decode_stream_blocks_per_sm[4] = {};
   bool shared_wgmma = false;  // the shared launch is shared_attention.cuh's kernel
