@@ -44,6 +44,34 @@ TEST(TokenizerStream, HoldsBackASplitCharacter) {
   EXPECT_GE(empty_pieces, 2);  // the first two bytes of 龘 wait for the third
 }
 
+// A decoder that strips more than one leading character (Strip start = 2, found by
+// fuzz_tokenizer): the streamed pieces still add up to the full decode. A context of one
+// emitted token (" ") was stripped together with the new token's space.
+TEST(TokenizerStream, StripOfSeveralLeadingCharactersKeepsTheStreamExact) {
+  const std::string json = R"({
+    "added_tokens": [{"id": 0, "content": "<unk>", "special": true, "normalized": false,
+                      "lstrip": false, "rstrip": false, "single_word": false}],
+    "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
+    "pre_tokenizer": null,
+    "post_processor": null,
+    "decoder": {"type": "Sequence", "decoders": [
+      {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "Fuse"},
+      {"type": "Strip", "content": " ", "start": 2, "stop": 0}]},
+    "model": {"type": "BPE", "unk_token": "<unk>", "fuse_unk": true, "byte_fallback": false,
+              "vocab": {"<unk>": 0, "\u2581": 1, "a": 2, "b": 3, "\u2581a": 4},
+              "merges": ["\u2581 a"]}
+  })";
+  const auto t = tokenizer_from_json(json, "strip-2");
+  for (const std::string text : {"  a  b   a", "a a", "   ", " b", "ab  "}) {
+    const auto ids = t->encode(text, false);
+    StreamDecoder stream(*t);
+    std::string out;
+    for (TokenId id : ids) out += stream.push(id);
+    out += stream.flush();
+    EXPECT_EQ(out, t->decode(ids, false)) << "[" << text << "]";
+  }
+}
+
 TEST(TokenizerEncode, SpecialTokenTextBecomesTheToken) {
   const auto t = load_tokenizer(test::tokenizer_fixtures() / "sp_bpe");
   const auto ids = t->encode("<s>hi</s>", false);

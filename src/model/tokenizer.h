@@ -56,6 +56,8 @@ class Tokenizer {
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& model_dir);
 // One file, no config files read.
 std::unique_ptr<Tokenizer> load_tokenizer_json(const std::filesystem::path& tokenizer_json);
+// The same from the file's text; `source` names it in errors.
+std::unique_ptr<Tokenizer> tokenizer_from_json(std::string_view json_text, const std::string& source);
 // add_bos/add_eos: what encode(text, add_special_tokens=true) puts around the text.
 std::unique_ptr<Tokenizer> load_sentencepiece_model(const std::filesystem::path& model_file,
                                                     bool add_bos = true, bool add_eos = false);
@@ -71,6 +73,9 @@ class StreamDecoder {
   std::string flush();           // whatever is held back (then starts over)
 
  private:
+  // Decoded text of the context before read_, from ids_[start] (prefix_ or earlier).
+  std::string context(std::size_t& start) const;
+
   const Tokenizer& tokenizer_;
   bool skip_special_;
   std::vector<TokenId> ids_;

@@ -3,6 +3,7 @@
 //           -> post-processor template (BOS) when add_special_tokens
 //   decode: ids -> token strings (special ones skipped on request) -> decoder -> text
 #include <fstream>
+#include <iterator>
 
 #include "model/tokenizer.h"
 #include "model/tokenizer_added_tokens.h"
@@ -181,24 +182,29 @@ class HfTokenizer final : public Tokenizer {
 
 }  // namespace
 
-std::unique_ptr<Tokenizer> load_tokenizer_json(const std::filesystem::path& tokenizer_json) {
-  std::ifstream in(tokenizer_json, std::ios::binary);
-  HG_CHECK(in.good(), "tokenizer: cannot open ", tokenizer_json.string());
+std::unique_ptr<Tokenizer> tokenizer_from_json(std::string_view json_text, const std::string& source) {
   Json spec;
   try {
-    spec = Json::parse(in);
+    spec = Json::parse(json_text);
   } catch (const Json::exception& e) {
-    fail(tokenizer_json.string(), ": malformed JSON: ", e.what());
+    fail(source, ": malformed JSON: ", e.what());
   }
-  HG_CHECK(spec.is_object(), tokenizer_json.string(), ": expected a JSON object at the top, got ",
-           spec.type_name());
+  HG_CHECK(spec.is_object(), source, ": expected a JSON object at the top, got ", spec.type_name());
   try {
     return std::make_unique<HfTokenizer>(spec);
   } catch (const Error& e) {
-    fail(tokenizer_json.string(), ": ", e.what());
+    fail(source, ": ", e.what());
   } catch (const Json::exception& e) {
-    fail(tokenizer_json.string(), ": ", e.what());
+    fail(source, ": ", e.what());
   }
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer_json(const std::filesystem::path& tokenizer_json) {
+  std::ifstream in(tokenizer_json, std::ios::binary);
+  HG_CHECK(in.good(), "tokenizer: cannot open ", tokenizer_json.string());
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  HG_CHECK(!in.bad(), "tokenizer: cannot read ", tokenizer_json.string());
+  return tokenizer_from_json(text, tokenizer_json.string());
 }
 
 }  // namespace hydragen

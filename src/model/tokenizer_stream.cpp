@@ -1,7 +1,8 @@
 // StreamDecoder: decodes a window of recent ids twice, without and with the new id, and emits
 // the difference once it no longer ends in U+FFFD (an incomplete character). The window keeps
-// the previously emitted ids as context, so decoders that strip a leading space or merge byte
-// tokens see the same neighbours as a full decode.
+// the previously emitted ids as context, at least kContextBytes of decoded text of them when
+// there are that many, so decoders that strip leading characters (Strip, up to that many) or
+// merge byte tokens see the same neighbours as a full decode.
 #include "hydragen/error.h"
 #include "model/tokenizer.h"
 #include "model/tokenizer_utf8.h"
@@ -14,7 +15,23 @@ bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
+// A Strip decoder removes up to `start` leading characters of the window's text; with only
+// one emitted token (" ") as context it would reach into the new text (fuzz_tokenizer found
+// this with start = 2). Real tokenizers strip one.
+constexpr std::size_t kContextBytes = 8;
+
 }  // namespace
+
+std::string StreamDecoder::context(std::size_t& start) const {
+  const std::span<const TokenId> all(ids_);
+  start = prefix_;
+  std::string text = tokenizer_.decode(all.subspan(start, read_ - start), skip_special_);
+  while (start > 0 && text.size() < kContextBytes) {
+    --start;
+    text = tokenizer_.decode(all.subspan(start, read_ - start), skip_special_);
+  }
+  return text;
+}
 
 StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool skip_special_tokens)
     : tokenizer_(tokenizer), skip_special_(skip_special_tokens) {}
@@ -26,9 +43,9 @@ std::string StreamDecoder::push(TokenId id) {
   // A run of byte tokens decodes as a whole (invalid runs become one U+FFFD per byte), so
   // nothing is emitted until the run ends.
   if (tokenizer_.is_byte_token(id)) return "";
-  const std::span<const TokenId> all(ids_);
-  const std::string before = tokenizer_.decode(all.subspan(prefix_, read_ - prefix_), skip_special_);
-  const std::string after = tokenizer_.decode(all.subspan(prefix_), skip_special_);
+  std::size_t start = 0;
+  const std::string before = context(start);
+  const std::string after = tokenizer_.decode(std::span<const TokenId>(ids_).subspan(start), skip_special_);
   if (after.size() <= before.size() || ends_with(after, tok::kReplacementChar) ||
       after.compare(0, before.size(), before) != 0) {
     return "";  // nothing new, or the last character is not complete yet
@@ -39,9 +56,9 @@ std::string StreamDecoder::push(TokenId id) {
 }
 
 std::string StreamDecoder::flush() {
-  const std::span<const TokenId> all(ids_);
-  const std::string before = tokenizer_.decode(all.subspan(prefix_, read_ - prefix_), skip_special_);
-  const std::string after = tokenizer_.decode(all.subspan(prefix_), skip_special_);
+  std::size_t start = 0;
+  const std::string before = context(start);
+  const std::string after = tokenizer_.decode(std::span<const TokenId>(ids_).subspan(start), skip_special_);
   ids_.clear();
   prefix_ = read_ = 0;
   // Normally `before` is a prefix of `after`; otherwise emit from the first difference, cut
