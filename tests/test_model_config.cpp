@@ -137,6 +137,34 @@ TEST(ModelConfig, UnsupportedIsAClearError) {
   EXPECT_THAT(error_of(json::array()), HasSubstr("JSON object"));
 }
 
+// A field of the wrong JSON type or an absurd size is a clear error naming the field, never a
+// JSON library exception or an integer overflow further on (sizes multiply into parameter and
+// byte counts).
+TEST(ModelConfig, WrongTypesAndAbsurdSizesAreClearErrors) {
+  json config = llama2_7b();
+  config.erase("architectures");
+  config["model_type"] = 5;
+  EXPECT_THAT(error_of(config), HasSubstr("\"model_type\" must be a string"));
+  config = llama2_7b();
+  config["hidden_act"] = json::array();
+  EXPECT_THAT(error_of(config), HasSubstr("\"hidden_act\" must be a string"));
+  config = llama2_7b();
+  config["rope_scaling"] = {{"type", 3}, {"factor", 2.0}};
+  EXPECT_THAT(error_of(config), HasSubstr("\"type\" must be a string"));
+  config = llama2_7b();
+  config["architectures"] = {7};
+  EXPECT_THAT(error_of(config), HasSubstr("\"architectures\" must hold strings"));
+  config = llama2_7b();
+  config["hidden_size"] = std::int64_t{1} << 40;
+  EXPECT_THAT(error_of(config), HasSubstr("\"hidden_size\" is 1099511627776, more than"));
+  config = llama2_7b();
+  config["num_hidden_layers"] = std::uint64_t{1} << 63;  // past int64: as read, negative
+  EXPECT_THAT(error_of(config), HasSubstr("\"num_hidden_layers\""));
+  config = llama2_7b();
+  config["max_position_embeddings"] = std::int64_t{1} << 31;
+  EXPECT_THAT(error_of(config), HasSubstr("\"max_position_embeddings\" is 2147483648, more than 2147483647"));
+}
+
 TEST(ModelPresets, AllLoadWithTheirRealSizes) {
   const std::vector<std::string> expected{"codellama-13b", "codellama-34b", "codellama-7b",
                                           "llama-3-8b",    "tiny",          "yi-6b-200k"};

@@ -142,6 +142,14 @@ TEST_F(TokenizerErrors, CorruptSentencePieceModel) {
   expect_load_error({"tokenizer.model"});
 }
 
+TEST_F(TokenizerErrors, AddBosTokenOfTheWrongTypeNamesTheField) {
+  fs::copy_file(test::tokenizer_fixtures() / "spm" / "tokenizer.model", dir_ / "tokenizer.model");
+  write("tokenizer_config.json", R"({"add_bos_token": "yes"})");
+  expect_load_error({"tokenizer_config.json", "add_bos_token", "true or false"});
+  write("tokenizer_config.json", R"({"add_bos_token": null, "add_eos_token": null})");  // null: the default
+  EXPECT_NO_THROW(load_tokenizer(dir_));
+}
+
 TEST_F(TokenizerErrors, TruncatedFiles) {  // every prefix of a real file fails cleanly or loads
   const std::string text = base_.dump();
   for (std::size_t n : {std::size_t{0}, std::size_t{1}, text.size() / 3, text.size() / 2, text.size() - 1}) {

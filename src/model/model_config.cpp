@@ -3,6 +3,7 @@
 #include "model/model_config.h"
 
 #include <fstream>
+#include <limits>
 
 #include "hydragen/error.h"
 
@@ -17,13 +18,32 @@ constexpr const char* kSupportedArchitectures =
     "Qwen2ForCausalLM";
 constexpr const char* kSupportedRope = "default, linear, llama3";
 
-std::int64_t get_int(const json& config, const char* key, const std::string& source) {
+// Largest sizes accepted: far past every released Llama-family model (Llama 3.1 405B: hidden
+// 16384, intermediate 53248, 126 layers, 128 heads, vocabulary 128256), small enough that the
+// products the engine forms (parameter and byte counts) stay inside int64, and positions fit
+// the int32 the kernels use.
+constexpr std::int64_t kMaxVocab = std::int64_t{1} << 24;
+constexpr std::int64_t kMaxHidden = std::int64_t{1} << 18;
+constexpr std::int64_t kMaxIntermediate = std::int64_t{1} << 20;
+constexpr std::int64_t kMaxLayersOrHeads = std::int64_t{1} << 12;
+constexpr std::int64_t kMaxPositions = 2147483647;
+
+std::int64_t get_int(const json& config, const char* key, const std::string& source,
+                     std::int64_t largest = std::numeric_limits<std::int64_t>::max()) {
   HG_CHECK(config.contains(key), source, ": config has no \"", key, "\"");
   const json& value = config.at(key);
   HG_CHECK(value.is_number_integer(), source, ": \"", key, "\" must be an integer, got ", value.dump());
   const std::int64_t result = value.get<std::int64_t>();
-  HG_CHECK(result > 0, source, ": \"", key, "\" must be positive, got ", result);
+  HG_CHECK(result > 0, source, ": \"", key, "\" must be positive, got ", value.dump());
+  HG_CHECK(result <= largest, source, ": \"", key, "\" is ", result, ", more than ", largest,
+           " (the largest this engine accepts)");
   return result;
+}
+
+std::string get_string(const json& config, const char* key, const std::string& fallback, const std::string& source) {
+  if (!config.contains(key) || config.at(key).is_null()) return fallback;
+  HG_CHECK(config.at(key).is_string(), source, ": \"", key, "\" must be a string, got ", config.at(key).dump());
+  return config.at(key).get<std::string>();
 }
 
 double get_number(const json& config, const char* key, double fallback, const std::string& source) {
@@ -56,7 +76,7 @@ std::string architecture_of(const json& config, const std::string& source) {
     HG_CHECK(first.is_string(), source, ": \"architectures\" must hold strings");
     return first.get<std::string>();
   }
-  const std::string model_type = config.value("model_type", std::string{});
+  const std::string model_type = get_string(config, "model_type", "", source);
   if (model_type == "llama") return "LlamaForCausalLM";
   if (model_type == "mistral") return "MistralForCausalLM";
   if (model_type == "qwen2") return "Qwen2ForCausalLM";
@@ -80,7 +100,7 @@ RopeConfig parse_rope(const json& config, const std::string& source) {
   }
   HG_CHECK(rope.theta > 0, source, ": rope_theta must be positive, got ", rope.theta);
   if (scaling == nullptr) return rope;
-  std::string type = scaling->value("rope_type", scaling->value("type", std::string{"default"}));
+  const std::string type = get_string(*scaling, "rope_type", get_string(*scaling, "type", "default", source), source);
   if (type == "default") return rope;
   rope.factor = get_number(*scaling, "factor", 0.0, source);
   HG_CHECK(rope.factor > 0, source, ": rope scaling \"", type, "\" needs a positive \"factor\"");
@@ -92,7 +112,7 @@ RopeConfig parse_rope(const json& config, const std::string& source) {
     rope.high_freq_factor = get_number(*scaling, "high_freq_factor", 4.0, source);
     HG_CHECK(rope.high_freq_factor > rope.low_freq_factor, source,
              ": llama3 rope scaling needs high_freq_factor > low_freq_factor");
-    rope.original_max_position_embeddings = get_int(*scaling, "original_max_position_embeddings", source);
+    rope.original_max_position_embeddings = get_int(*scaling, "original_max_position_embeddings", source, kMaxPositions);
   } else {
     fail(source, ": rope scaling type \"", type, "\" is not supported; supported: ", kSupportedRope);
   }
@@ -140,31 +160,31 @@ ModelConfig parse_model_config(const json& config, const std::string& source) {
   HG_CHECK(llama || mistral || qwen2, source, ": architecture \"", model.architecture,
            "\" is not supported; supported: ", kSupportedArchitectures);
 
-  model.vocab_size = get_int(config, "vocab_size", source);
-  model.hidden_size = get_int(config, "hidden_size", source);
-  model.intermediate_size = get_int(config, "intermediate_size", source);
-  model.num_layers = get_int(config, "num_hidden_layers", source);
-  model.num_heads = get_int(config, "num_attention_heads", source);
+  model.vocab_size = get_int(config, "vocab_size", source, kMaxVocab);
+  model.hidden_size = get_int(config, "hidden_size", source, kMaxHidden);
+  model.intermediate_size = get_int(config, "intermediate_size", source, kMaxIntermediate);
+  model.num_layers = get_int(config, "num_hidden_layers", source, kMaxLayersOrHeads);
+  model.num_heads = get_int(config, "num_attention_heads", source, kMaxLayersOrHeads);
   model.num_kv_heads = config.contains("num_key_value_heads") && !config.at("num_key_value_heads").is_null()
-                           ? get_int(config, "num_key_value_heads", source)
+                           ? get_int(config, "num_key_value_heads", source, kMaxLayersOrHeads)
                            : model.num_heads;
   HG_CHECK(model.num_heads % model.num_kv_heads == 0, source, ": num_attention_heads ", model.num_heads,
            " must be a multiple of num_key_value_heads ", model.num_kv_heads);
   if (config.contains("head_dim") && !config.at("head_dim").is_null()) {
-    model.head_dim = get_int(config, "head_dim", source);
+    model.head_dim = get_int(config, "head_dim", source, kMaxLayersOrHeads);
   } else {
     HG_CHECK(model.hidden_size % model.num_heads == 0, source, ": hidden_size ", model.hidden_size,
              " is not a multiple of num_attention_heads ", model.num_heads, " and there is no head_dim");
     model.head_dim = model.hidden_size / model.num_heads;
   }
   HG_CHECK(model.head_dim % 2 == 0, source, ": head_dim must be even for RoPE, got ", model.head_dim);
-  model.max_position_embeddings = get_int(config, "max_position_embeddings", source);
+  model.max_position_embeddings = get_int(config, "max_position_embeddings", source, kMaxPositions);
   model.rms_norm_eps = get_number(config, "rms_norm_eps", 1e-6, source);
   HG_CHECK(model.rms_norm_eps > 0, source, ": rms_norm_eps must be positive");
   model.rope = parse_rope(config, source);
   model.tie_word_embeddings = get_bool(config, "tie_word_embeddings", false, source);
 
-  const std::string act = config.value("hidden_act", std::string{"silu"});
+  const std::string act = get_string(config, "hidden_act", "silu", source);
   HG_CHECK(act == "silu", source, ": hidden_act \"", act, "\" is not supported; supported: silu");
   HG_CHECK(!get_bool(config, "mlp_bias", false, source), source, ": mlp_bias=true is not supported");
   const bool attention_bias = get_bool(config, "attention_bias", false, source);
