@@ -111,16 +111,21 @@ TEST(CudaModelOps, RopeAppendKvMatchesCpu) {
 #endif
 }
 
+// silu_mul: the 8-column vector kernel (inter % 8 == 0) and the scalar one (1001), outputs
+// poisoned first.
 TEST(CudaModelOps, SiluMulAndAddMatchCpu) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA
+  for (const auto& [rows, inter] : {std::pair<std::int64_t, std::int64_t>{9, 1000}, {9, 1001}, {300, 4096}}) {
+    const Tensor gate_up = random_f32({rows, 2 * inter}, 5, 4.0f);
+    Tensor out = Tensor::empty({rows, inter}, DType::bf16, Device::cuda);
+    ASSERT_EQ(cudaMemset(out.raw(), 0xff, out.bytes()), cudaSuccess);
+    cuda::silu_mul(to_cuda_bf16(gate_up), out);
+    Tensor gate = gate_up.slice(1, 0, inter).clone();
+    silu_mul(gate, gate_up.slice(1, inter, 2 * inter).clone());
+    EXPECT_LT(nmse(to_cpu_f32(out), gate), kMaxNmse) << rows << " x " << inter;
+  }
   const std::int64_t rows = 9, inter = 1000;
-  const Tensor gate_up = random_f32({rows, 2 * inter}, 5, 4.0f);
-  Tensor out = Tensor::empty({rows, inter}, DType::bf16, Device::cuda);
-  cuda::silu_mul(to_cuda_bf16(gate_up), out);
-  Tensor gate = gate_up.slice(1, 0, inter).clone();
-  silu_mul(gate, gate_up.slice(1, inter, 2 * inter).clone());
-  EXPECT_LT(nmse(to_cpu_f32(out), gate), kMaxNmse);
 
   Tensor x = random_f32({rows, inter}, 6), y = random_f32({rows, inter}, 7);
   Tensor device_x = to_cuda_bf16(x);

@@ -108,6 +108,28 @@ __global__ void silu_mul_kernel(const bf16_t* gate_up, bf16_t* out, std::int64_t
   out[index] = __float2bfloat16(g / (1.0f + __expf(-g)) * u);
 }
 
+// The same per element, 8 columns per thread (16-byte loads and stores), a row per grid row:
+// no 64-bit division per element (the kernel above spends ~2x its memory time on it at
+// 1024 x 13824). For inter % 8 == 0 and 16-byte aligned rows.
+__global__ void silu_mul_vec8_kernel(const bf16_t* gate_up, bf16_t* out, int inter) {
+  const int column = (blockIdx.x * blockDim.x + threadIdx.x) * 8;
+  if (column >= inter) return;
+  const std::int64_t row = blockIdx.y;
+  const bf16_t* gate = gate_up + row * 2 * inter + column;
+  const uint4 g8 = *reinterpret_cast<const uint4*>(gate);
+  const uint4 u8 = *reinterpret_cast<const uint4*>(gate + inter);
+  const bf16_t* g = reinterpret_cast<const bf16_t*>(&g8);
+  const bf16_t* u = reinterpret_cast<const bf16_t*>(&u8);
+  uint4 o8;
+  bf16_t* o = reinterpret_cast<bf16_t*>(&o8);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const float gk = __bfloat162float(g[k]);
+    o[k] = __float2bfloat16(gk / (1.0f + __expf(-gk)) * __bfloat162float(u[k]));
+  }
+  *reinterpret_cast<uint4*>(out + row * inter + column) = o8;
+}
+
 __global__ void add_kernel(bf16_t* x, const bf16_t* y, std::int64_t n) {
   const std::int64_t index = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (index < n) x[index] = __float2bfloat16(__bfloat162float(x[index]) + __bfloat162float(y[index]));
@@ -205,8 +227,15 @@ void silu_mul(const Tensor& gate_up, Tensor& out, void* stream) {
   HG_CHECK(out.size(0) == rows && gate_up.size(1) == 2 * inter, "silu_mul: gate_up must be [rows, 2 x inter] for out ",
            out.shape_str(), ", got ", gate_up.shape_str());
   if (rows * inter == 0) return;
-  silu_mul_kernel<<<blocks_for(rows * inter, kThreads), kThreads, 0, as_stream(stream)>>>(cdata(gate_up), mdata(out),
-                                                                                           rows, inter);
+  const bool aligned = (reinterpret_cast<std::uintptr_t>(gate_up.raw()) | reinterpret_cast<std::uintptr_t>(out.raw())) %
+                           16 == 0;
+  if (inter % 8 == 0 && aligned && rows <= 65535 && inter <= (std::int64_t{1} << 30)) {
+    const dim3 grid(static_cast<unsigned>(blocks_for(inter / 8, kThreads)), static_cast<unsigned>(rows));
+    silu_mul_vec8_kernel<<<grid, kThreads, 0, as_stream(stream)>>>(cdata(gate_up), mdata(out), static_cast<int>(inter));
+  } else {
+    silu_mul_kernel<<<blocks_for(rows * inter, kThreads), kThreads, 0, as_stream(stream)>>>(cdata(gate_up), mdata(out),
+                                                                                             rows, inter);
+  }
   HG_CUDA_CHECK(cudaGetLastError());
 }
 
