@@ -69,11 +69,12 @@ TEST(CudaModelOps, AddRmsNormMatchesCpu) {
 #endif
 }
 
-TEST(CudaModelOps, RopeAppendKvMatchesCpu) {
-  SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA
+// rope_append_kv against apply_rope + a scatter by slot on the CPU, for one head dim.
+void check_rope_append_kv(std::int64_t head_dim) {
+  SCOPED_TRACE(testing::Message() << "head_dim " << head_dim);
   ModelConfig config;
-  config.head_dim = 128;
+  config.head_dim = head_dim;
   config.rope.theta = 500000.0;
   config.rope.scaling = RopeScaling::llama3;
   config.rope.factor = 8.0;
@@ -84,8 +85,10 @@ TEST(CudaModelOps, RopeAppendKvMatchesCpu) {
   const std::vector<float> inv_freq = rope_inv_freq(config);
 
   Tensor device_qkv = to_cuda_bf16(qkv);
-  Tensor k_cache = Tensor::zeros({slots, hkv, d}, DType::bf16, Device::cuda);
-  Tensor v_cache = Tensor::zeros({slots, hkv, d}, DType::bf16, Device::cuda);
+  Tensor k_cache = Tensor::empty({slots, hkv, d}, DType::bf16, Device::cuda);
+  Tensor v_cache = Tensor::empty({slots, hkv, d}, DType::bf16, Device::cuda);
+  ASSERT_EQ(cudaMemset(k_cache.raw(), 0xff, k_cache.bytes()), cudaSuccess);  // NaN where nothing is written
+  ASSERT_EQ(cudaMemset(v_cache.raw(), 0xff, v_cache.bytes()), cudaSuccess);
   std::vector<std::int32_t> positions32(positions.begin(), positions.end());
   const Tensor device_positions = Tensor::wrap(positions32.data(), {rows}, DType::i32).to(Device::cuda);
   const Tensor device_slots =
@@ -108,6 +111,15 @@ TEST(CudaModelOps, RopeAppendKvMatchesCpu) {
     EXPECT_LT(nmse(v_host.select(0, slot_of_row[r]).clone(), heads.select(0, r).slice(0, hq + hkv, hq + 2 * hkv).clone()),
               kMaxNmse);
   }
+}
+#endif
+
+// Head dims 128 and 64 (a thread per pair of every head: rope_append_kv_pairs_kernel) and 80
+// (40 pairs do not divide the block: the per-item kernel).
+TEST(CudaModelOps, RopeAppendKvMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+#ifdef HYDRAGEN_WITH_CUDA
+  for (const std::int64_t head_dim : {128, 64, 80}) check_rope_append_kv(head_dim);
 #endif
 }
 
