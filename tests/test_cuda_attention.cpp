@@ -342,7 +342,11 @@ TEST(CudaAttention, PersistentDecodeKernelsEqualTheDefaultBitForBit) {
     if (trial % 3 == 1) options.suffix_min_split_tokens = 32;  // split suffixes: the ticket merge
     const attn::AttentionPlan plan = attn::build_attention_plan(c.layout, options);
     for (const attn::PlanItem& it : plan.suffix_items) one_row_items += it.row_count == 1;
-    const AttentionState plain = run_on_device(c, plan, options.shared_tile_rows);
+    AttentionState plain;
+    {
+      const ScopedEnv env("HYDRAGEN_DECODE_LOOP", nullptr);  // the default kernel, also under gpu-check's ab stage
+      plain = run_on_device(c, plan, options.shared_tile_rows);
+    }
     const AttentionState ref = reference_tree_attention(c.tree, c.q);
     for (const char* loop : {"pipelined", "pipelined12", "streamed", "streamed16"}) {
       const ScopedEnv env("HYDRAGEN_DECODE_LOOP", loop);
