@@ -2,9 +2,10 @@
 """Compares the JSON files of gpu-check's ab stage: for each part (mha, gqa, e2e, docqa) and
 each variant, every point next to the same point of the base variant.
 
-    scripts/ab_compare.py DIR [--base base]
+    scripts/ab_compare.py DIR [DIR ...] [--base base]
 
-DIR holds ab-NAME-PART.json files. Attention points compare median ms, end-to-end points
+Each DIR holds ab-NAME-PART.json files (several runs' folders may be given: a variant measured
+in one run is compared with the base measured in another). Attention points compare median ms, end-to-end points
 step ms (lower is better); the ratio column is variant / base, so below 1 is a gain.
 """
 import argparse
@@ -24,10 +25,11 @@ PARTS = {
 }
 
 
-def load(directory):
-    """{part: {variant: {key: seconds}}} from ab-VARIANT-PART.json files."""
+def load(directories):
+    """{part: {variant: {key: seconds}}} from the ab-VARIANT-PART.json files of the folders."""
     found = collections.defaultdict(dict)
-    for path in sorted(glob.glob(os.path.join(directory, "ab-*-*.json"))):
+    paths = [p for d in directories for p in sorted(glob.glob(os.path.join(d, "ab-*-*.json")))]
+    for path in paths:
         match = re.fullmatch(r"ab-(.+)-([a-z0-9]+)\.json", os.path.basename(path))
         if not match or match.group(2) not in PARTS:
             continue
@@ -45,12 +47,12 @@ def load(directory):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("directory")
+    parser.add_argument("directories", nargs="+", metavar="DIR")
     parser.add_argument("--base", default="base", help="the variant the others are compared with")
     args = parser.parse_args()
-    found = load(args.directory)
+    found = load(args.directories)
     if not found:
-        sys.exit(f"ab_compare: no ab-*-PART.json files in {args.directory}")
+        sys.exit(f"ab_compare: no ab-*-PART.json files in {' '.join(args.directories)}")
     for part, variants in found.items():
         base = variants.get(args.base)
         if base is None:
