@@ -21,6 +21,7 @@ PARTS = {
     "mha": (("heads", "kv_heads", "batch", "prefix", "suffix", "mode"), "median_ms"),
     "gqa": (("heads", "kv_heads", "batch", "prefix", "suffix", "mode"), "median_ms"),
     "e2e": (("preset", "batch", "prefix", "mode"), "step_ms"),
+    "e2e8b": (("preset", "batch", "prefix", "mode"), "step_ms"),
     "docqa": (("preset", "batch", "mode"), "step_ms"),
 }
 

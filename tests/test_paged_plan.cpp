@@ -146,6 +146,29 @@ TEST(PagedPlan, SplitsSharedWorkPastOneWaveWhenAsked) {
   check_coverage(layout, plan);
 }
 
+// PlanOptions::shared_min_split_tokens: 32 sequences of Llama-3-8B's shape (8 kv heads x 128
+// rows) under a 1K prefix have 8 shared items on 264 slots; at the default 512 keys they split
+// 2 ways, at 128 keys 8 ways (every split a whole number of 64-key pieces, all keys covered).
+TEST(PagedPlan, SharedSplitsFollowTheirMinimumLength) {
+  PagedLayout layout;
+  layout.page_size = 64, layout.kv_heads = 8, layout.q_heads = 32, layout.head_dim = 128;
+  layout.segments.push_back({kNoParent, 1024, std::vector<std::int32_t>(16, 0)});
+  for (int s = 0; s < 32; ++s) layout.sequences.push_back({0, 1, {s + 16}, 1});
+  PlanOptions options;
+  EXPECT_EQ(build_attention_plan(layout, options).shared_items.size(), 16u);
+  options.shared_min_split_tokens = 128;
+  const AttentionPlan plan = build_attention_plan(layout, options);
+  ASSERT_EQ(plan.shared_items.size(), 64u);
+  int pieces_of_head0 = 0;
+  for (const PlanItem& it : plan.shared_items) {
+    EXPECT_EQ(it.piece_count, 2);
+    if (it.kv_head == 0) pieces_of_head0 += it.piece_count;
+  }
+  EXPECT_EQ(pieces_of_head0, 16);
+  options.shared_min_split_tokens = 0;
+  EXPECT_THROW(build_attention_plan(layout, options), Error);
+}
+
 TEST(PagedPlan, StacksOnlySegmentsThatPay) {
   PagedLayout layout;
   layout.page_size = 64, layout.kv_heads = 1, layout.q_heads = 8, layout.head_dim = 128;

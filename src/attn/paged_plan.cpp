@@ -86,6 +86,9 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
   validate_layout(layout);
   HG_CHECK(options.shared_tile_rows == 64 || options.shared_tile_rows == 128,
            "build_attention_plan: shared_tile_rows must be 64 or 128, got ", options.shared_tile_rows);
+  HG_CHECK(options.shared_min_split_tokens >= 1 && options.suffix_min_split_tokens >= 1,
+           "build_attention_plan: min split tokens must be positive, got shared ", options.shared_min_split_tokens,
+           " suffix ", options.suffix_min_split_tokens);
   const int num_segments = static_cast<int>(layout.segments.size());
   const int num_sequences = static_cast<int>(layout.sequences.size());
   const int hkv = layout.kv_heads, hq = layout.q_heads, groups = hq / hkv;
@@ -145,7 +148,8 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
       const std::int64_t items = shared_base_items * s;
       return double(items) / double(ceil_div(items, slots) * slots);
     };
-    const std::int64_t most = std::min<std::int64_t>(4, std::max<std::int64_t>(1, tokens / kMinSplitTokens));
+    const std::int64_t most =
+        std::min<std::int64_t>(4, std::max<std::int64_t>(1, tokens / options.shared_min_split_tokens));
     std::int64_t best = 1;
     for (std::int64_t s = 2; s <= most; ++s)
       if (fill(s) > fill(best) * 1.02) best = s;
@@ -155,7 +159,8 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
     if (stacked[i])
       seg_splits[i] = options.shared_split_past_one_wave && shared_base_items >= options.shared_slots
                           ? splits_past_one_wave(layout.segments[i].tokens)
-                          : splits_for(layout.segments[i].tokens, shared_base_items, options.shared_slots);
+                          : splits_for(layout.segments[i].tokens, shared_base_items, options.shared_slots,
+                                       options.shared_min_split_tokens);
 
   // Per sequence: shared columns, own keys, suffix splits, partial-state region.
   std::vector<int> shared_columns(num_sequences, 0), own_splits(num_sequences, 1), columns(num_sequences);

@@ -118,6 +118,10 @@ struct PlanOptions {
   int shared_slots = kSharedSlots;
   int suffix_slots = kSuffixSlots;
   std::int64_t suffix_min_split_tokens = kMinSuffixSplitTokens;
+  // Fewest keys per split of a stacked segment (the shared kernel's items). The CUDA backend
+  // takes HYDRAGEN_SHARED_MIN_SPLIT (A/B: a small batch's few shared items of a 1K prefix
+  // split only 2 ways at 512, docs/perf-notes.md v6-split).
+  std::int64_t shared_min_split_tokens = kMinSplitTokens;
   int shared_tile_rows = kSharedTileRows;  // 64 or 128 (16 rows per warp)
   // Split stacked segments also when their items already fill a wave of shared_slots (see
   // build_attention_plan). Off by default; the CUDA backend turns it on with its wgmma shared

@@ -199,6 +199,11 @@ attn::PlanOptions plan_options_for_device(DType dtype, int head_dim, AttentionMo
   options.shared_split_past_one_wave = waves != nullptr ? std::atoi(waves) != 0 : k.shared_wgmma;
   const int sms = multiprocessors();
   options.shared_slots = sms * k.shared_blocks_per_sm;
+  if (const char* split = std::getenv("HYDRAGEN_SHARED_MIN_SPLIT")) {  // A/B (perf-notes v6-split)
+    options.shared_min_split_tokens = std::atoll(split);
+    HG_CHECK(options.shared_min_split_tokens > 0, "HYDRAGEN_SHARED_MIN_SPLIT must be a positive number of keys, got '",
+             split, "'");
+  }
   options.suffix_slots = k.decode ? sms * k.decode_blocks_per_sm * kDecodeItemsPerBlock : sms * k.suffix_blocks_per_sm;
   return options;
 }
