@@ -114,8 +114,8 @@ void check_rope_append_kv(std::int64_t head_dim) {
 }
 #endif
 
-// Head dims 128 and 64 (a thread per pair of every head: rope_append_kv_pairs_kernel) and 80
-// (40 pairs do not divide the block: the per-item kernel).
+// Head dims 128 and 64 (pairs that divide the 256-thread block) and 80 (40 pairs: a block of
+// 240 threads).
 TEST(CudaModelOps, RopeAppendKvMatchesCpu) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA

@@ -68,65 +68,37 @@ __global__ void add_rms_norm_kernel(bf16_t* residual, const bf16_t* delta, const
   }
 }
 
-// One block per row, one thread per (head, pair). Pairs are (x[i], x[i + d/2]):
+// One block per row. Pairs are (x[i], x[i + d/2]):
 // x'[i] = x[i] cos - x[i + d/2] sin, x'[i + d/2] = x[i + d/2] cos + x[i] sin.
+// blockDim is a multiple of pairs_per_pass = min(d/2, blockDim): each thread keeps a pair
+// index and takes its sincos once for every head of the row (80 q and k heads at 13B).
 __global__ void rope_append_kv_kernel(bf16_t* qkv, int q_heads, int kv_heads, int head_dim, const int* positions,
                                       const float* inv_freq, const int* slots, bf16_t* k_cache, bf16_t* v_cache) {
   const int row = blockIdx.x, half = head_dim / 2;
-  const int row_width = (q_heads + 2 * kv_heads) * head_dim;
-  bf16_t* r = qkv + static_cast<std::int64_t>(row) * row_width;
-  const std::int64_t slot_base = static_cast<std::int64_t>(slots[row]) * kv_heads * head_dim;
-  const float position = static_cast<float>(positions[row]);
-  for (int item = threadIdx.x; item < (q_heads + 2 * kv_heads) * half; item += blockDim.x) {
-    const int head = item / half, i = item % half;
-    bf16_t* h = r + head * head_dim;
-    if (head >= q_heads + kv_heads) {  // v: copied as is
-      const std::int64_t at = slot_base + static_cast<std::int64_t>(head - q_heads - kv_heads) * head_dim;
-      v_cache[at + i] = h[i];
-      v_cache[at + i + half] = h[i + half];
-      continue;
-    }
-    float s, c;
-    sincosf(position * inv_freq[i], &s, &c);
-    const float a = __bfloat162float(h[i]), b = __bfloat162float(h[i + half]);
-    h[i] = __float2bfloat16(a * c - b * s);
-    h[i + half] = __float2bfloat16(b * c + a * s);
-    if (head >= q_heads) {  // k: also appended to the cache
-      const std::int64_t at = slot_base + static_cast<std::int64_t>(head - q_heads) * head_dim;
-      k_cache[at + i] = h[i];
-      k_cache[at + i + half] = h[i + half];
-    }
-  }
-}
-
-// The same with the pair index fixed per thread (blockDim a multiple of head_dim / 2): each
-// thread takes sincos of its angle once for every head of the row instead of once per head
-// (at 13B, 80 q and k heads per row); the same arithmetic per element.
-__global__ void rope_append_kv_pairs_kernel(bf16_t* qkv, int q_heads, int kv_heads, int head_dim, const int* positions,
-                                            const float* inv_freq, const int* slots, bf16_t* k_cache,
-                                            bf16_t* v_cache) {
-  const int row = blockIdx.x, half = head_dim / 2;
-  const int i = threadIdx.x % half, first_head = threadIdx.x / half, head_step = blockDim.x / half;
+  const int pairs_per_pass = min(half, static_cast<int>(blockDim.x)), head_step = blockDim.x / pairs_per_pass;
   const int heads = q_heads + 2 * kv_heads;
   bf16_t* r = qkv + static_cast<std::int64_t>(row) * heads * head_dim;
   const std::int64_t slot_base = static_cast<std::int64_t>(slots[row]) * kv_heads * head_dim;
-  float s, c;
-  sincosf(static_cast<float>(positions[row]) * inv_freq[i], &s, &c);
-  for (int head = first_head; head < heads; head += head_step) {
-    bf16_t* h = r + head * head_dim;
-    if (head >= q_heads + kv_heads) {  // v: copied as is
-      const std::int64_t at = slot_base + static_cast<std::int64_t>(head - q_heads - kv_heads) * head_dim;
-      v_cache[at + i] = h[i];
-      v_cache[at + i + half] = h[i + half];
-      continue;
-    }
-    const float a = __bfloat162float(h[i]), b = __bfloat162float(h[i + half]);
-    h[i] = __float2bfloat16(a * c - b * s);
-    h[i + half] = __float2bfloat16(b * c + a * s);
-    if (head >= q_heads) {  // k: also appended to the cache
-      const std::int64_t at = slot_base + static_cast<std::int64_t>(head - q_heads) * head_dim;
-      k_cache[at + i] = h[i];
-      k_cache[at + i + half] = h[i + half];
+  const float position = static_cast<float>(positions[row]);
+  for (int i = threadIdx.x % pairs_per_pass; i < half; i += pairs_per_pass) {
+    float s, c;
+    sincosf(position * inv_freq[i], &s, &c);
+    for (int head = threadIdx.x / pairs_per_pass; head < heads; head += head_step) {
+      bf16_t* h = r + head * head_dim;
+      if (head >= q_heads + kv_heads) {  // v: copied as is
+        const std::int64_t at = slot_base + static_cast<std::int64_t>(head - q_heads - kv_heads) * head_dim;
+        v_cache[at + i] = h[i];
+        v_cache[at + i + half] = h[i + half];
+        continue;
+      }
+      const float a = __bfloat162float(h[i]), b = __bfloat162float(h[i + half]);
+      h[i] = __float2bfloat16(a * c - b * s);
+      h[i + half] = __float2bfloat16(b * c + a * s);
+      if (head >= q_heads) {  // k: also appended to the cache
+        const std::int64_t at = slot_base + static_cast<std::int64_t>(head - q_heads) * head_dim;
+        k_cache[at + i] = h[i];
+        k_cache[at + i + half] = h[i + half];
+      }
     }
   }
 }
@@ -245,10 +217,12 @@ void rope_append_kv(Tensor& qkv, std::int64_t q_heads, std::int64_t kv_heads, co
            kv_heads, ", head_dim], positions and slots [rows], inv_freq [head_dim / 2]; got qkv ", qkv.shape_str(),
            " k_cache ", k_cache.shape_str(), " positions ", positions.shape_str(), " slots ", slots.shape_str(),
            " inv_freq ", inv_freq.shape_str());
-  if (rows == 0) return;
-  const bool pairs_per_thread = head_dim / 2 <= kThreads && kThreads % (head_dim / 2) == 0;  // d 64, 128, 256, ...
-  (pairs_per_thread ? rope_append_kv_pairs_kernel : rope_append_kv_kernel)<<<static_cast<unsigned>(rows), kThreads, 0,
-                                                                              as_stream(stream)>>>(
+  const int half = static_cast<int>(head_dim / 2);
+  if (rows == 0 || half == 0) return;
+  // A whole number of passes over the pairs: kThreads rounded down to a multiple of d/2 (240
+  // threads for d 80), or d/2 itself up to 1024, then 1024 with a loop over the pairs.
+  const int threads = half <= kThreads ? kThreads / half * half : std::min(half, 1024);
+  rope_append_kv_kernel<<<static_cast<unsigned>(rows), static_cast<unsigned>(threads), 0, as_stream(stream)>>>(
       mdata(qkv), static_cast<int>(q_heads), static_cast<int>(kv_heads), static_cast<int>(head_dim),
       positions.data<int>(), inv_freq.data<float>(), slots.data<int>(), mdata(k_cache), mdata(v_cache));
   HG_CUDA_CHECK(cudaGetLastError());
