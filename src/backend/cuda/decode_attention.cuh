@@ -95,6 +95,40 @@ __device__ __forceinline__ void unpack_v(const VWord<DL>& u, float (&v)[DL]) {
   }
 }
 
+// s + q . k over 8 dims, in order (q: fp32 rows in shared memory).
+__device__ __forceinline__ float dot8(const float* q, const float (&k)[8], float s) {
+  const float4 q0 = *reinterpret_cast<const float4*>(q);
+  const float4 q1 = *reinterpret_cast<const float4*>(q + 4);
+  s = fmaf(q0.x, k[0], s);
+  s = fmaf(q0.y, k[1], s);
+  s = fmaf(q0.z, k[2], s);
+  s = fmaf(q0.w, k[3], s);
+  s = fmaf(q1.x, k[4], s);
+  s = fmaf(q1.y, k[5], s);
+  s = fmaf(q1.z, k[6], s);
+  s = fmaf(q1.w, k[7], s);
+  return s;
+}
+
+// One row's online-softmax step over a chunk (exp2 domain): the chunk's max over the warp,
+// m, l and acc rescaled; returns this lane's probability. A row masked so far keeps exp2
+// finite (base 0).
+template <int DL>
+__device__ __forceinline__ float softmax_step(float s, float& m, float& l, float (&acc)[DL]) {
+  float mx = s;
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  const float mn = fmaxf(m, mx);
+  const float base = mn == -INFINITY ? 0.f : mn;
+  const float alpha = exp2f(m - base);
+  m = mn;
+  const float pr = exp2f(s - base);
+  l = l * alpha + pr;
+#pragma unroll
+  for (int i = 0; i < DL; ++i) acc[i] *= alpha;
+  return pr;
+}
+
 // One item of <= R rows (R: 1, 2, 4 or 8; the kernel picks the smallest that holds it, so an
 // MHA decode row does 1/8 of the arithmetic of a GQA group of 8).
 //
@@ -122,15 +156,22 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   const T* kp = static_cast<const T*>(p.k_pool);
   const T* vp = static_cast<const T*>(p.v_pool);
 
-  // The pipelined loop's chunks: the first, the one after a given chunk (its page looked up).
+  // Element offset in the pools of this lane's key of the chunk at `first` in piece pc (its
+  // page looked up), 0 past the piece's keys.
+  auto key_offset = [&](const attn::PlanPiece& pc, int first) {
+    std::int64_t off = 0;
+    if (lane < pc.tokens - first) {
+      const int tok = pc.token_begin + first + lane;
+      const std::int64_t page = __ldg(p.pages + pc.page_offset + (tok >> p.page_shift));
+      off = (((page << p.page_shift) + (tok & (p.page_size - 1))) * p.kv_heads + it.kv_head) * D;
+    }
+    return off;
+  };
+  // The pipelined loop's chunks: the first, the one after a given chunk.
   auto chunk_at = [&](int index, const attn::PlanPiece& pc, int first) {
     DecodeChunk c;
     c.piece = pc, c.index = index, c.first = first, c.count = min(pc.tokens - first, Shape::kChunk);
-    if (lane < c.count) {
-      const int tok = pc.token_begin + first + lane;
-      const std::int64_t page = __ldg(p.pages + pc.page_offset + (tok >> p.page_shift));
-      c.off = (((page << p.page_shift) + (tok & (p.page_size - 1))) * p.kv_heads + it.kv_head) * D;
-    }
+    c.off = key_offset(pc, first);
     return c;
   };
   auto chunk_after = [&](const DecodeChunk& c) {
@@ -198,6 +239,8 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
     if (r < rows) {
       const std::int64_t qi = std::int64_t{token} * p.q_heads + it.kv_head * group_size + g;
       const T* q = static_cast<const T*>(p.q) + qi * D + lane * DL;
+      // (Spelled out rather than unpack_v: through it the narrow kernel's allocation spilled 4
+      // more bytes, a change to the measured default kernel.)
       if constexpr (DL == 4) {
         const uint2 u = *reinterpret_cast<const uint2*>(q);
         const float2 a = unpack2<T>(u.x), b = unpack2<T>(u.y);
@@ -231,33 +274,13 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
         if (valid) {
           float k[8];
           unpack8<T>(kreg[c], k);
-          const float4 q0 = *reinterpret_cast<const float4*>(sq + c * 8);
-          const float4 q1 = *reinterpret_cast<const float4*>(sq + c * 8 + 4);
-          s = fmaf(q0.x, k[0], s);
-          s = fmaf(q0.y, k[1], s);
-          s = fmaf(q0.z, k[2], s);
-          s = fmaf(q0.w, k[3], s);
-          s = fmaf(q1.x, k[4], s);
-          s = fmaf(q1.y, k[5], s);
-          s = fmaf(q1.z, k[6], s);
-          s = fmaf(q1.w, k[7], s);
+          s = dot8(sq + c * 8, k, s);
         }
         if (lane < nxt.count) kreg[c] = __ldg(knext + c);
       }
       const int pos = cur.piece.position + cur.first + lane;
       if (!valid || pos >= limit[0]) s = -INFINITY;
-      float mx = s;
-#pragma unroll
-      for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-      const float mn = fmaxf(m[0], mx);
-      const float base = mn == -INFINITY ? 0.f : mn;
-      const float alpha = exp2f(m[0] - base);
-      m[0] = mn;
-      const float pr = exp2f(s - base);
-      l[0] = l[0] * alpha + pr;
-#pragma unroll
-      for (int i = 0; i < DL; ++i) acc[0][i] *= alpha;
-      sp[lane] = pr;
+      sp[lane] = softmax_step<DL>(s, m[0], l[0], acc[0]);
       __syncwarp();
 #pragma unroll
       for (int j = 0; j < Shape::kChunk; ++j) {
@@ -278,20 +301,11 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   // Chunk ci = half (ci & 1) of piece ci / 2. The next chunk's piece and page are fetched
   // while this one computes, so a chunk costs the K and V round trips only.
   const int chunks = Pipelined ? 0 : it.piece_count * 2;
-  auto locate = [&](const attn::PlanPiece& pc, int half, std::int64_t& off) {
-    const int first = half * Shape::kChunk;
-    off = 0;
-    if (lane < pc.tokens - first) {
-      const int tok = pc.token_begin + first + lane;
-      const std::int64_t page = __ldg(p.pages + pc.page_offset + (tok >> p.page_shift));
-      off = (((page << p.page_shift) + (tok & (p.page_size - 1))) * p.kv_heads + it.kv_head) * D;
-    }
-  };
   attn::PlanPiece next_piece{0, 0, 0, 0};
   std::int64_t next_off = 0;
   if (chunks > 0) {
     next_piece = Headed ? head.piece : p.pieces[it.piece_begin];
-    locate(next_piece, 0, next_off);
+    next_off = key_offset(next_piece, 0);
   }
   for (int ci = 0; ci < chunks; ++ci) {
     const attn::PlanPiece piece = next_piece;
@@ -302,7 +316,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
     if (count <= 0) {  // the empty second half of a short piece
       if (ci + 1 < chunks) {
         next_piece = p.pieces[it.piece_begin + (ci + 1) / 2];
-        locate(next_piece, 0, next_off);
+        next_off = key_offset(next_piece, 0);
       }
       continue;
     }
@@ -318,7 +332,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
     }
     if (ci + 1 < chunks) {
       if ((ci & 1) == 1) next_piece = p.pieces[it.piece_begin + (ci + 1) / 2];
-      locate(next_piece, (ci + 1) & 1, next_off);
+      next_off = key_offset(next_piece, ((ci + 1) & 1) * Shape::kChunk);
     }
     if (valid) {
 #pragma unroll
@@ -326,36 +340,14 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
         float k[8];
         unpack8<T>(kr[c], k);
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-          const float4 q0 = *reinterpret_cast<const float4*>(sq + r * D + c * 8);
-          const float4 q1 = *reinterpret_cast<const float4*>(sq + r * D + c * 8 + 4);
-          s[r] = fmaf(q0.x, k[0], s[r]);
-          s[r] = fmaf(q0.y, k[1], s[r]);
-          s[r] = fmaf(q0.z, k[2], s[r]);
-          s[r] = fmaf(q0.w, k[3], s[r]);
-          s[r] = fmaf(q1.x, k[4], s[r]);
-          s[r] = fmaf(q1.y, k[5], s[r]);
-          s[r] = fmaf(q1.z, k[6], s[r]);
-          s[r] = fmaf(q1.w, k[7], s[r]);
-        }
+        for (int r = 0; r < R; ++r) s[r] = dot8(sq + r * D + c * 8, k, s[r]);
       }
     }
     const int pos = piece.position + first + lane;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       if (!valid || pos >= limit[r]) s[r] = -INFINITY;
-      float mx = s[r];
-#pragma unroll
-      for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-      const float mn = fmaxf(m[r], mx);
-      const float base = mn == -INFINITY ? 0.f : mn;
-      const float alpha = exp2f(m[r] - base);
-      m[r] = mn;
-      const float pr = exp2f(s[r] - base);
-      l[r] = l[r] * alpha + pr;
-#pragma unroll
-      for (int i = 0; i < DL; ++i) acc[r][i] *= alpha;
-      sp[r * Shape::kChunk + lane] = pr;
+      sp[r * Shape::kChunk + lane] = softmax_step<DL>(s[r], m[r], l[r], acc[r]);
     }
     __syncwarp();
     // o += p V: this lane's DL dims of each of the chunk's keys (uniform loop bound).
@@ -363,14 +355,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
     for (int j = 0; j < count; ++j) {
       const std::int64_t off = __shfl_sync(0xffffffffu, row_off, j);
       float v[DL];
-      if constexpr (DL == 4) {
-        const uint2 u = __ldg(reinterpret_cast<const uint2*>(vp + off + lane * DL));
-        const float2 a = unpack2<T>(u.x), b = unpack2<T>(u.y);
-        v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
-      } else {
-        const float2 a = unpack2<T>(__ldg(reinterpret_cast<const std::uint32_t*>(vp + off + lane * DL)));
-        v[0] = a.x, v[1] = a.y;
-      }
+      unpack_v<T, DL>(__ldg(reinterpret_cast<const VWord<DL>*>(vp + off + lane * DL)), v);
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const float pr = sp[r * Shape::kChunk + j];
