@@ -6,6 +6,7 @@
 
 #include "hydragen/error.h"
 #include "model/tokenizer.h"
+#include "model/tokenizer_json_util.h"
 
 namespace hydragen {
 
@@ -55,13 +56,6 @@ std::vector<TokenId> token_ids(const Json& config, const char* key, const fs::pa
   return ids;
 }
 
-// add_bos_token / add_eos_token of tokenizer_config.json; absent or null: `fallback`.
-bool config_flag(const Json& config, const char* key, bool fallback, const fs::path& file) {
-  if (!config.is_object() || !config.contains(key) || config[key].is_null()) return fallback;
-  HG_CHECK(config[key].is_boolean(), file.string(), ": ", key, " must be true or false, got ", config[key].dump());
-  return config[key].get<bool>();
-}
-
 void add_unique(std::vector<TokenId>& ids, TokenId id) {
   if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
 }
@@ -105,8 +99,8 @@ std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& model_dir) {
   if (fs::exists(model_dir / "tokenizer.json")) {
     tokenizer = load_tokenizer_json(model_dir / "tokenizer.json");
   } else if (fs::exists(model_dir / "tokenizer.model")) {
-    const bool add_bos = config_flag(tokenizer_config, "add_bos_token", true, tc_file);
-    const bool add_eos = config_flag(tokenizer_config, "add_eos_token", false, tc_file);
+    const bool add_bos = tok::optional_field(tokenizer_config, "add_bos_token", true, tc_file.string());
+    const bool add_eos = tok::optional_field(tokenizer_config, "add_eos_token", false, tc_file.string());
     tokenizer = load_sentencepiece_model(model_dir / "tokenizer.model", add_bos, add_eos);
   } else {
     fail("load_tokenizer: ", model_dir.string(), " holds neither tokenizer.json nor tokenizer.model");
