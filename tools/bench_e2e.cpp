@@ -140,9 +140,15 @@ PointResult time_generation(engine::ModelRunner& runner, engine::AttentionChoice
   row["prefill_s"] = engine.stats().prefill_seconds;
   if (running < batch) {
     row["skipped"] = true;
-    row["skip_reason"] = "out of memory: " + std::to_string(running) + " of " + std::to_string(batch) +
-                         " sequences fit the KV pool (" + human_gb(double(runner.kv_pages()) * runner.page_size() *
-                                                                   runner.kv_bytes_per_token()) + ")";
+    // A request the engine refused says why (its context, say); otherwise the pool was short.
+    std::string refused;
+    for (const engine::Completion& c : engine.completions())
+      if (!c.error.empty() && c.error.find("KV pool") == std::string::npos) refused = c.error;
+    row["skip_reason"] = !refused.empty() ? "refused: " + refused
+                                          : "out of memory: " + std::to_string(running) + " of " +
+                                                std::to_string(batch) + " sequences fit the KV pool (" +
+                                                human_gb(double(runner.kv_pages()) * runner.page_size() *
+                                                         runner.kv_bytes_per_token()) + ")";
     return {row, 0};
   }
   row["skipped"] = false;
@@ -281,7 +287,17 @@ void run_e2e(const E2eOptions& o) {
   std::printf("%-14s %-9s %6s %7s %10s %10s %10s %9s %8s %8s %s\n", "preset", "mode", "batch", "prefix", "step_ms",
               "device_ms", "tok/s", "floor", "of_floor", "vs_paged", "note");
   for (const std::string& preset : cli::parse_word_list(o.presets, "--presets")) {
-    const ModelConfig config = load_preset(preset);
+    ModelConfig config = load_preset(preset);
+    // Random weights have no trained context: a sweep point past the preset's (CodeLlama's
+    // 16384 positions < prefix 16K + 128 new tokens) widens it, and the report says so.
+    const std::int64_t longest = *std::max_element(prefixes.begin(), prefixes.end()) + o.new_tokens;
+    if (o.scenario == "sweep" && config.max_position_embeddings > 0 && longest > config.max_position_embeddings) {
+      std::fprintf(stderr, "%s: context widened from %lld to %lld positions for prefix + new tokens (random weights)\n",
+                   preset.c_str(), static_cast<long long>(config.max_position_embeddings),
+                   static_cast<long long>(longest));
+      report["context_widened"][preset] = {{"from", config.max_position_embeddings}, {"to", longest}};
+      config.max_position_embeddings = longest;
+    }
     engine::RunnerOptions ro;
     ro.max_batch = *std::max_element(batches.begin(), batches.end());
     std::unique_ptr<engine::ModelRunner> runner =

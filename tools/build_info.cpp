@@ -4,6 +4,10 @@
 #include <cstdio>
 #include <ctime>
 
+#ifdef HYDRAGEN_HAS_COMMIT_HEADER
+#include "build_commit.h"
+#endif
+
 namespace hydragen::cli {
 
 const char* version() {
