@@ -15,7 +15,6 @@
 #include <map>
 
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/gemm_tuning.h"
 #include "backend/cuda/model_ops.h"
 #include "backend/cuda/paged_attention_runner.h"
 #include "backend/cuda/sampling.h"
@@ -244,13 +243,6 @@ class CudaModelRunner final : public ModelRunner {
   }
 
   GraphMap::iterator capture(std::pair<std::int64_t, int> key, bool attend) {
-    // Tuned GEMMs pick their algorithms by timing, which cannot happen inside a capture: one
-    // eager run of the step first (it writes what the replay writes: the step's K/V slots, its
-    // logits and sampled tokens, all the same values).
-    if (cuda::gemm_tuning_enabled()) {
-      enqueue(key.first, attend, true);
-      HG_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    }
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
     HG_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));

@@ -8,7 +8,6 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/gemm_tuning.h"
 #include "hydragen/error.h"
 #include "model/counter_rng.h"
 
@@ -266,8 +265,6 @@ void linear(const Tensor& x, const Tensor& w, Tensor& out, void* stream) {
   HG_CHECK(w.size(1) == in && out.size(0) == rows && out.size(1) == n, "linear: x ", x.shape_str(), " w ",
            w.shape_str(), " out ", out.shape_str(), ", expected x [rows, in], w [out, in], out [rows, out]");
   if (rows == 0) return;
-  if (gemm_tuning_enabled() && tuned_gemm(x.raw(), w.raw(), out.raw(), out.dtype() == DType::f32, rows, n, in, stream))
-    return;
   // Row-major out [rows, n] is column-major out^T [n, rows] = W [n, in] x^T [in, rows]; the
   // row-major W is a column-major [in, n] matrix, hence its transpose.
   const float alpha = 1.0f, beta = 0.0f;
