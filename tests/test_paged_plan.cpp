@@ -150,22 +150,46 @@ TEST(PagedPlan, SplitsSharedWorkPastOneWaveWhenAsked) {
 // rows) under a 1K prefix have 8 shared items on 264 slots; at the default 512 keys they split
 // 2 ways, at 128 keys 8 ways (every split a whole number of 64-key pieces, all keys covered).
 TEST(PagedPlan, SharedSplitsFollowTheirMinimumLength) {
+  // 32 sequences x 4 rows under one 1K segment: 8 shared items before splitting.
   PagedLayout layout;
   layout.page_size = 64, layout.kv_heads = 8, layout.q_heads = 32, layout.head_dim = 128;
   layout.segments.push_back({kNoParent, 1024, std::vector<std::int32_t>(16, 0)});
   for (int s = 0; s < 32; ++s) layout.sequences.push_back({0, 1, {s + 16}, 1});
+  auto pieces_per_item = [](const AttentionPlan& plan, int expected_items) {
+    EXPECT_EQ(plan.shared_items.size(), static_cast<std::size_t>(expected_items));
+    int pieces_of_head0 = 0;
+    for (const PlanItem& it : plan.shared_items) {
+      EXPECT_EQ(it.piece_count, plan.shared_items[0].piece_count);
+      if (it.kv_head == 0) pieces_of_head0 += it.piece_count;
+    }
+    EXPECT_EQ(pieces_of_head0, 16);  // every page of the segment, once per kv head
+    return plan.shared_items.empty() ? 0 : plan.shared_items[0].piece_count;
+  };
   PlanOptions options;
-  EXPECT_EQ(build_attention_plan(layout, options).shared_items.size(), 16u);
-  options.shared_min_split_tokens = 128;
-  const AttentionPlan plan = build_attention_plan(layout, options);
-  ASSERT_EQ(plan.shared_items.size(), 64u);
-  int pieces_of_head0 = 0;
-  for (const PlanItem& it : plan.shared_items) {
-    EXPECT_EQ(it.piece_count, 2);
-    if (it.kv_head == 0) pieces_of_head0 += it.piece_count;
+  // Default: a 1K segment is short (< 8 x 512), so 8 pieces of 128 keys.
+  EXPECT_EQ(pieces_per_item(build_attention_plan(layout, options), 64), 2);
+  // Short splits at 512 too: 2 pieces of 512 keys.
+  options.shared_short_split_tokens = 512;
+  EXPECT_EQ(pieces_per_item(build_attention_plan(layout, options), 16), 8);
+  // A 4K segment is not short: its pieces stay at >= 512 keys (8 splits of 8 pages).
+  options = PlanOptions{};
+  layout.segments[0] = {kNoParent, 4096, std::vector<std::int32_t>(64, 0)};
+  for (int s = 0; s < 32; ++s) layout.sequences[s].pages = {s + 64};
+  {
+    const AttentionPlan plan = build_attention_plan(layout, options);
+    ASSERT_FALSE(plan.shared_items.empty());
+    for (const PlanItem& it : plan.shared_items) EXPECT_GE(it.piece_count, 8);
   }
-  EXPECT_EQ(pieces_of_head0, 16);
+  // An explicit floor of 128 everywhere splits it further.
+  options.shared_min_split_tokens = 128;
+  {
+    const AttentionPlan plan = build_attention_plan(layout, options);
+    for (const PlanItem& it : plan.shared_items) EXPECT_LT(it.piece_count, 8);
+  }
   options.shared_min_split_tokens = 0;
+  EXPECT_THROW(build_attention_plan(layout, options), Error);
+  options = PlanOptions{};
+  options.shared_short_split_tokens = 0;
   EXPECT_THROW(build_attention_plan(layout, options), Error);
 }
 

@@ -86,9 +86,10 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
   validate_layout(layout);
   HG_CHECK(options.shared_tile_rows == 64 || options.shared_tile_rows == 128,
            "build_attention_plan: shared_tile_rows must be 64 or 128, got ", options.shared_tile_rows);
-  HG_CHECK(options.shared_min_split_tokens >= 1 && options.suffix_min_split_tokens >= 1,
+  HG_CHECK(options.shared_min_split_tokens >= 1 && options.shared_short_split_tokens >= 1 &&
+               options.suffix_min_split_tokens >= 1,
            "build_attention_plan: min split tokens must be positive, got shared ", options.shared_min_split_tokens,
-           " suffix ", options.suffix_min_split_tokens);
+           ", shared short ", options.shared_short_split_tokens, ", suffix ", options.suffix_min_split_tokens);
   const int num_segments = static_cast<int>(layout.segments.size());
   const int num_sequences = static_cast<int>(layout.sequences.size());
   const int hkv = layout.kv_heads, hq = layout.q_heads, groups = hq / hkv;
@@ -137,6 +138,10 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
     if (stacked[i]) shared_base_items += hkv * ceil_div(rows_below[i], options.shared_tile_rows);
   }
   std::vector<int> seg_splits(num_segments, 0);
+  auto shortest_shared_split = [&](std::int64_t tokens) {
+    return std::min(options.shared_min_split_tokens,
+                    std::max(options.shared_short_split_tokens, tokens / kShortSplits));
+  };
   // options.shared_split_past_one_wave: shared items that already fill a wave or more are
   // split too when that fills the last wave better. MHA 40/40 at B=1024: 320 items of 128 rows
   // on 264 slots = 1.21 waves (61% of the second wave's slots busy); 4 splits = 1280 items =
@@ -160,7 +165,7 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
       seg_splits[i] = options.shared_split_past_one_wave && shared_base_items >= options.shared_slots
                           ? splits_past_one_wave(layout.segments[i].tokens)
                           : splits_for(layout.segments[i].tokens, shared_base_items, options.shared_slots,
-                                       options.shared_min_split_tokens);
+                                       shortest_shared_split(layout.segments[i].tokens));
 
   // Per sequence: shared columns, own keys, suffix splits, partial-state region.
   std::vector<int> shared_columns(num_sequences, 0), own_splits(num_sequences, 1), columns(num_sequences);

@@ -44,6 +44,12 @@ inline constexpr std::int64_t kMinSegmentTokensToStack = 64;
 inline constexpr int kSharedSlots = 264;
 inline constexpr int kSuffixSlots = 396;
 inline constexpr std::int64_t kMinSplitTokens = 512;
+// A stacked segment shorter than 8 x kMinSplitTokens may split into up to 8 pieces of
+// tokens / 8 keys, never below kShortSplitTokens: a 1K prefix under a small batch then fills 8
+// shared items instead of 2 (H200, docs/perf-notes.md v6-split: 128-key floors everywhere won
+// 6-13% at 1K and lost up to 1.5x at 4K-16K, where pieces of 512 stay).
+inline constexpr std::int64_t kShortSplitTokens = 128;
+inline constexpr int kShortSplits = 8;
 inline constexpr std::int64_t kMinSuffixSplitTokens = 128;  // the decode kernel: 4 chunks of 32 keys
 inline constexpr int kMaxSplits = 64;
 
@@ -118,10 +124,10 @@ struct PlanOptions {
   int shared_slots = kSharedSlots;
   int suffix_slots = kSuffixSlots;
   std::int64_t suffix_min_split_tokens = kMinSuffixSplitTokens;
-  // Fewest keys per split of a stacked segment (the shared kernel's items). The CUDA backend
-  // takes HYDRAGEN_SHARED_MIN_SPLIT (A/B: a small batch's few shared items of a 1K prefix
-  // split only 2 ways at 512, docs/perf-notes.md v6-split).
+  // Fewest keys per split of a stacked segment (the shared kernel's items), and the floor for
+  // a short segment's up to kShortSplits pieces (see kShortSplitTokens).
   std::int64_t shared_min_split_tokens = kMinSplitTokens;
+  std::int64_t shared_short_split_tokens = kShortSplitTokens;
   int shared_tile_rows = kSharedTileRows;  // 64 or 128 (16 rows per warp)
   // Split stacked segments also when their items already fill a wave of shared_slots (see
   // build_attention_plan). Off by default; the CUDA backend turns it on with its wgmma shared
