@@ -18,7 +18,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdlib>
-#include <cstring>
 #include <optional>
 
 #include "backend/cuda/cuda_attention.h"
@@ -127,11 +126,14 @@ class ScopedEnv {
 
 // Runs `plan` with PagedAttentionRunner over the case's pool and q in bf16 on the device;
 // outputs start as NaN. Returns o (widened to f32) and lse on the CPU.
-AttentionState run_on_device(const testing::PagedCase& c, const attn::AttentionPlan& plan, int shared_tile_rows) {
+// variant: where given, the runner's launch_variant() for the plan.
+AttentionState run_on_device(const testing::PagedCase& c, const attn::AttentionPlan& plan, int shared_tile_rows,
+                             int* variant = nullptr) {
   const std::int64_t rows = c.q.size(0), hq = c.q.size(1), d = c.q.size(2);
   cuda::PagedAttentionRunner runner(DType::bf16, static_cast<int>(d), static_cast<int>(hq), c.layout.kv_heads,
                                     cuda::PlanCapacity::of(plan), shared_tile_rows);
   runner.upload(plan);
+  if (variant != nullptr) *variant = runner.launch_variant();
   runner.poison_states();
   const Tensor k = c.k_pool.to(DType::bf16).to(Device::cuda), v = c.v_pool.to(DType::bf16).to(Device::cuda);
   const Tensor q = c.q.to(DType::bf16).to(Device::cuda);
@@ -310,20 +312,20 @@ TEST(CudaAttention, MhaDecodeUnderStackedPrefixMatchesReference) {
 #endif
 }
 
-// The opt-in decode kernels (HYDRAGEN_DECODE_LOOP: pipelined and streamed, two builds each)
-// and the default one on the same plans: the same arithmetic in the same order, so equal
-// outputs bit for bit, and all match the float64 reference. One-row items (MHA) whose suffixes end on and around chunk (32 keys)
-// and piece (64 keys) boundaries, empty ones, split and unsplit, under stacked and unstacked
-// prefixes; page sizes 16 and 64, d 64 and 128; some GQA trials (their items take the default
-// loop in every kernel); the last two trials have 4096 items, more than the persistent warps
-// of any build (132 SMs x 8..20), so warps run several items with their heads prefetched.
-TEST(CudaAttention, PersistentDecodeKernelsEqualTheDefaultBitForBit) {
+// The decode kernel's two builds on the same plans, forced (HYDRAGEN_DECODE_NARROW /
+// HYDRAGEN_DECODE_WIDE): the narrow one (one-row items only, 20 warps per SM) and the wide
+// one, against the float64 reference. One- and two-row items (MHA, T <= 2) whose suffixes end
+// on and around chunk (32 keys) and piece (64 keys) boundaries, empty ones, split (the ticket
+// merge) and unsplit, under stacked and unstacked prefixes; page sizes 16 and 64, d 64 and
+// 128; plans with 2-row (T = 2) or 4-row (GQA) items, where forcing narrow must fall back to
+// the wide kernel; the last two trials have 4096 items. Each V batch (HYDRAGEN_DECODE_VBATCH).
+TEST(CudaAttention, NarrowAndWideDecodeKernelsMatchReference) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA
   Rng rng;
   SCOPED_TRACE(rng.trace());
   const ScopedEnv suffix_env("HYDRAGEN_SUFFIX_KERNEL", "decode");
-  int one_row_items = 0;
+  int narrow_runs = 0, wide_fallbacks = 0;
   for (int trial = 0; trial < 18; ++trial) {
     const bool many = trial >= 16;
     testing::PagedShape shape;
@@ -334,35 +336,36 @@ TEST(CudaAttention, PersistentDecodeKernelsEqualTheDefaultBitForBit) {
     shape.depth = rng.uniform_int(1, 2);
     shape.batch = many ? 1024 : rng.pick(std::vector<int>{5, 40});
     shape.suffix_lengths = {0, 1, 2, 31, 32, 33, 63, 64, 65, 97, 128, 200};
-    shape.max_query_tokens = trial % 4 == 3 ? 3 : 1;
+    shape.max_query_tokens = trial % 4 == 3 ? 2 : 1;
     shape.round_to_bf16 = true;
     const AttentionMode mode = trial / 4 == 2 ? AttentionMode::paged : AttentionMode::hydragen;
     const testing::PagedCase c = testing::random_paged_case(shape, rng);
     attn::PlanOptions options = cuda::plan_options_for_device(DType::bf16, shape.head_dim, mode, true);
     if (trial % 3 == 1) options.suffix_min_split_tokens = 32;  // split suffixes: the ticket merge
     const attn::AttentionPlan plan = attn::build_attention_plan(c.layout, options);
-    for (const attn::PlanItem& it : plan.suffix_items) one_row_items += it.row_count == 1;
-    AttentionState plain;
-    {
-      const ScopedEnv env("HYDRAGEN_DECODE_LOOP", nullptr);  // the default kernel, also under gpu-check's ab stage
-      plain = run_on_device(c, plan, options.shared_tile_rows);
-    }
+    bool narrow_rows = true;
+    for (const attn::PlanItem& it : plan.suffix_items) narrow_rows &= it.row_count <= 1;
     const AttentionState ref = reference_tree_attention(c.tree, c.q);
-    for (const char* loop : {"pipelined", "pipelined12", "streamed", "streamed16"}) {
-      const ScopedEnv env("HYDRAGEN_DECODE_LOOP", loop);
-      const AttentionState piped = run_on_device(c, plan, options.shared_tile_rows);
-      const std::string what = concat("trial ", trial, " ", loop, " ", mode_name(mode), " page ",
-                                      shape.page_size, " d ", shape.head_dim, " G ", shape.groups, " Hkv ",
-                                      shape.kv_heads, " batch ", shape.batch, " T<=", shape.max_query_tokens,
-                                      " stacked ", plan.stacked_segments);
-      EXPECT_LE(relative_norm_error(piped.o, ref.o), 5e-3) << what;
-      expect_lse_near(piped.lse, ref.lse, what);
-      EXPECT_EQ(std::memcmp(piped.o.raw(), plain.o.raw(), plain.o.bytes()), 0) << what << ": o differs from the default loop";
-      EXPECT_EQ(std::memcmp(piped.lse.raw(), plain.lse.raw(), plain.lse.bytes()), 0)
-          << what << ": lse differs from the default loop";
+    const int vb = trial / 3 % 3;
+    const ScopedEnv vbatch("HYDRAGEN_DECODE_VBATCH", vb == 0 ? "0" : vb == 1 ? "16" : "32");
+    for (const char* width : {"HYDRAGEN_DECODE_NARROW", "HYDRAGEN_DECODE_WIDE"}) {
+      const ScopedEnv env(width, "1");
+      int variant = 0;
+      const AttentionState got = run_on_device(c, plan, options.shared_tile_rows, &variant);
+      const bool narrow = (variant & 2) != 0;
+      const std::string what = concat("trial ", trial, " ", width, " vbatch ", std::getenv("HYDRAGEN_DECODE_VBATCH"), " ", mode_name(mode), " page ", shape.page_size,
+                                      " d ", shape.head_dim, " G ", shape.groups, " Hkv ", shape.kv_heads, " batch ",
+                                      shape.batch, " T<=", shape.max_query_tokens, " stacked ",
+                                      plan.stacked_segments, narrow ? " (narrow)" : " (wide)");
+      EXPECT_EQ(narrow, narrow_rows && std::string(width) == "HYDRAGEN_DECODE_NARROW") << what;
+      narrow_runs += narrow;
+      wide_fallbacks += !narrow_rows && std::string(width) == "HYDRAGEN_DECODE_NARROW";
+      EXPECT_LE(relative_norm_error(got.o, ref.o), 5e-3) << what;
+      expect_lse_near(got.lse, ref.lse, what);
     }
   }
-  EXPECT_GT(one_row_items, 0);
+  EXPECT_GT(narrow_runs, 0);
+  EXPECT_GT(wide_fallbacks, 0);
 #endif
 }
 
@@ -387,26 +390,25 @@ attn::AttentionPlan one_segment_plan(int batch, int kv_heads, int q_heads, std::
 }
 #endif
 
-// The suffix kernel choice. Per item (the default): Yi-6B's shape (32/4) paged over a 20K
-// document takes the decode kernel at 32 questions (the split items are short) and the mma
-// kernel at 64; per merge group (HYDRAGEN_SUFFIX_RULE=groups) both take the mma kernel. Short
-// GQA contexts, every MHA plan and hydragen's stacked document take the decode kernel under
-// both rules. No GPU needed: the choice is host code.
+// The suffix kernel choice: the decode kernel when the suffix items are short per item AND
+// per merge group, else the mma kernel. Yi-6B's shape (32/4) paged over a 20K document takes
+// the mma kernel at 32 and 64 questions (at 32 the split items are short but each row group
+// still reads 20K keys: 33.7 -> 17.9 ms per step on the H200); 8/1 at B=1 over 32K likewise.
+// 32/8 paged over 4K (unsplit 64-piece items) takes the mma kernel too. Short GQA contexts,
+// every MHA plan and hydragen's stacked document take the decode kernel. No GPU needed: the
+// choice is host code.
 TEST(CudaDispatch, SuffixKernelRulePerItemAndPerMergeGroup) {
 #ifdef HYDRAGEN_WITH_CUDA
-  for (const char* rule : {"items", "groups"}) {
-    const ScopedEnv env("HYDRAGEN_SUFFIX_RULE", std::string(rule) == "groups" ? "groups" : nullptr);
-    for (const int questions : {32, 64}) {
-      const attn::AttentionPlan plan = one_segment_plan(questions, 4, 32, 20000, 40, AttentionMode::paged);
-      EXPECT_EQ(cuda::suffix_runs_decode_kernel(plan), std::string(rule) == "items" && questions == 32)
-          << rule << ": " << questions << " questions";
-    }
-    EXPECT_TRUE(cuda::suffix_runs_decode_kernel(one_segment_plan(64, 8, 32, 1024, 1, AttentionMode::paged))) << rule;
-    EXPECT_FALSE(cuda::suffix_runs_decode_kernel(one_segment_plan(64, 8, 32, 16384, 1, AttentionMode::paged))) << rule;
-    EXPECT_TRUE(cuda::suffix_runs_decode_kernel(one_segment_plan(64, 1, 8, 4096, 1, AttentionMode::paged))) << rule;
-    EXPECT_TRUE(cuda::suffix_runs_decode_kernel(one_segment_plan(16, 40, 40, 32768, 1, AttentionMode::paged))) << rule;
-    EXPECT_TRUE(cuda::suffix_runs_decode_kernel(one_segment_plan(32, 4, 32, 20000, 40, AttentionMode::hydragen))) << rule;
-  }
+  for (const int questions : {32, 64})
+    EXPECT_FALSE(cuda::suffix_runs_decode_kernel(one_segment_plan(questions, 4, 32, 20000, 40, AttentionMode::paged)))
+        << questions << " questions";
+  EXPECT_FALSE(cuda::suffix_runs_decode_kernel(one_segment_plan(1, 1, 8, 32768, 1, AttentionMode::paged)));
+  EXPECT_FALSE(cuda::suffix_runs_decode_kernel(one_segment_plan(256, 8, 32, 4096, 1, AttentionMode::paged)));
+  EXPECT_TRUE(cuda::suffix_runs_decode_kernel(one_segment_plan(64, 8, 32, 1024, 1, AttentionMode::paged)));
+  EXPECT_FALSE(cuda::suffix_runs_decode_kernel(one_segment_plan(64, 8, 32, 16384, 1, AttentionMode::paged)));
+  EXPECT_TRUE(cuda::suffix_runs_decode_kernel(one_segment_plan(64, 1, 8, 4096, 1, AttentionMode::paged)));
+  EXPECT_TRUE(cuda::suffix_runs_decode_kernel(one_segment_plan(16, 40, 40, 32768, 1, AttentionMode::paged)));
+  EXPECT_TRUE(cuda::suffix_runs_decode_kernel(one_segment_plan(32, 4, 32, 20000, 40, AttentionMode::hydragen)));
   const ScopedEnv forced("HYDRAGEN_SUFFIX_KERNEL", "decode");
   EXPECT_TRUE(cuda::suffix_runs_decode_kernel(one_segment_plan(64, 4, 32, 20000, 40, AttentionMode::paged)));
 #else

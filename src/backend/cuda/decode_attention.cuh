@@ -64,22 +64,6 @@ __device__ __forceinline__ float2 unpack2(std::uint32_t w) {
   }
 }
 
-// One chunk of an item's keys (<= 32, half of a piece) as the pipelined loop walks them.
-struct DecodeChunk {
-  attn::PlanPiece piece{0, 0, 0, 0};
-  int index = 0;          // the piece's index within the item
-  int first = 0;          // the chunk's first key within the piece (0 or 32)
-  int count = 0;          // keys in the chunk; 0: past the item's last key
-  std::int64_t off = 0;   // this lane's key: element offset in the pools (0 when lane >= count)
-};
-
-// What a pipelined item needs before its first chunk, fetched one item ahead (decode_stream).
-struct DecodeHead {
-  attn::PlanPiece piece{0, 0, 0, 0};  // the item's first piece, when it has one
-  attn::PlanRow row{0, 0, 0, 0, 0};   // its first row
-  attn::PlanMergeGroup group{0, 0};   // its merge group
-};
-
 // A lane's DL dims of one V row: 8 bytes for D = 128, 4 for D = 64.
 template <int DL>
 using VWord = std::conditional_t<DL == 4, uint2, std::uint32_t>;
@@ -131,28 +115,16 @@ __device__ __forceinline__ float softmax_step(float s, float& m, float& l, float
 
 // One item of <= R rows (R: 1, 2, 4 or 8; the kernel picks the smallest that holds it, so an
 // MHA decode row does 1/8 of the arithmetic of a GQA group of 8).
-//
-// Headed (R = 1 only; the streamed and pipelined kernels of HYDRAGEN_DECODE_LOOP, not the
-// default until measured): the item's head (first piece, first row, merge group) comes
-// prefetched by decode_stream instead of being loaded here.
-// Pipelined (Headed too): the same arithmetic in the same order, with the loads reordered so
-// that each K/V round trip overlaps work: with the head prefetched, the first
-// chunk's page, K and V are requested before Q; while chunk c computes, chunk c+1's K loads
-// replace chunk c's as its scores consume them, chunk c+1's V loads replace chunk c's as P.V
-// consumes them, and chunk c+2's piece and page are fetched. The loop below it waits for K,
-// then for V 8 keys at a time (4 round trips per chunk), after the chunk's scores.
-template <class T, int D, int R, bool Headed = false, bool Pipelined = false>
+template <class T, int D, int R, int VBatch>
 __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const attn::PlanItem& it, float* sq,
-                                            float* sp, int lane, const DecodeHead& head = DecodeHead{}) {
+                                            float* sp, int lane) {
   using Shape = DecodeShape<T, D>;
   constexpr int DL = Shape::kDims;
-  static_assert(!Headed || R == 1, "prefetched heads and the pipelined loop serve one-row items");
-  static_assert(!Pipelined || Headed, "the pipelined loop takes a prefetched head");
   const int group_size = p.q_heads / p.kv_heads;
   const int rows = it.row_count;
   // Row r's fields live in lane r; broadcast by shuffles.
   attn::PlanRow my_row{0, 0, 0, 0, 0};
-  if (lane < rows) my_row = Headed ? head.row : p.rows[it.row_begin + lane];
+  if (lane < rows) my_row = p.rows[it.row_begin + lane];
   const T* kp = static_cast<const T*>(p.k_pool);
   const T* vp = static_cast<const T*>(p.v_pool);
 
@@ -167,41 +139,6 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
     }
     return off;
   };
-  // The pipelined loop's chunks: the first, the one after a given chunk.
-  auto chunk_at = [&](int index, const attn::PlanPiece& pc, int first) {
-    DecodeChunk c;
-    c.piece = pc, c.index = index, c.first = first, c.count = min(pc.tokens - first, Shape::kChunk);
-    c.off = key_offset(pc, first);
-    return c;
-  };
-  auto chunk_after = [&](const DecodeChunk& c) {
-    if (c.count == 0) return DecodeChunk{};
-    if (c.first == 0 && c.piece.tokens > Shape::kChunk) return chunk_at(c.index, c.piece, Shape::kChunk);
-    if (c.index + 1 < it.piece_count) return chunk_at(c.index + 1, p.pieces[it.piece_begin + c.index + 1], 0);
-    return DecodeChunk{};
-  };
-  // K (this lane's key, whole row) and V (this lane's DL dims of every key) of one chunk.
-  uint4 kreg[Shape::kKeyLoads];
-  VWord<DL> vreg[Shape::kChunk];
-  auto load_k = [&](const DecodeChunk& c) {
-    if (lane < c.count) {
-      const uint4* src = reinterpret_cast<const uint4*>(kp + c.off);
-#pragma unroll
-      for (int i = 0; i < Shape::kKeyLoads; ++i) kreg[i] = __ldg(src + i);
-    }
-  };
-  auto load_v = [&](const DecodeChunk& c, int j) {  // key j of the chunk; every lane calls it
-    const std::int64_t off = __shfl_sync(0xffffffffu, c.off, j);
-    if (j < c.count) vreg[j] = __ldg(reinterpret_cast<const VWord<DL>*>(vp + off + lane * DL));
-  };
-  DecodeChunk cur, nxt;
-  if constexpr (Pipelined) {
-    if (it.piece_count > 0) cur = chunk_at(0, head.piece, 0);
-    load_k(cur);
-#pragma unroll
-    for (int j = 0; j < Shape::kChunk; ++j) load_v(cur, j);
-    nxt = chunk_after(cur);
-  }
   // One row merging with one shared state (MHA decode: no split, one stacked column): fetch
   // the merge group and that state now so their latency overlaps the K/V chain below. (Only
   // for R = 1: for R >= 2 the live registers through the loop made the wide kernel spill more.)
@@ -209,10 +146,10 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   float pre_lse = -INFINITY, pre_o[Shape::kDims] = {};
   attn::PlanMergeGroup grp{0, 0};
   if constexpr (R == 1) {
-    grp = Headed ? head.group : p.groups[it.group];
+    grp = p.groups[it.group];
     if (grp.items == 1 && grp.columns == 2) {
       pre_col = it.column == 0 ? 1 : 0;
-      const attn::PlanRow row0 = Headed ? head.row : p.rows[it.row_begin];  // lane 0's my_row; a broadcast load
+      const attn::PlanRow row0 = p.rows[it.row_begin];  // lane 0's my_row; a broadcast load
       const std::int64_t e = row0.state_base + std::int64_t{pre_col} * row0.state_stride +
                              std::int64_t{it.kv_head} * group_size + row0.group;
       pre_lse = __ldcg(p.states.lse + e);
@@ -239,16 +176,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
     if (r < rows) {
       const std::int64_t qi = std::int64_t{token} * p.q_heads + it.kv_head * group_size + g;
       const T* q = static_cast<const T*>(p.q) + qi * D + lane * DL;
-      // (Spelled out rather than unpack_v: through it the narrow kernel's allocation spilled 4
-      // more bytes, a change to the measured default kernel.)
-      if constexpr (DL == 4) {
-        const uint2 u = *reinterpret_cast<const uint2*>(q);
-        const float2 a = unpack2<T>(u.x), b = unpack2<T>(u.y);
-        f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
-      } else {
-        const float2 a = unpack2<T>(*reinterpret_cast<const std::uint32_t*>(q));
-        f[0] = a.x, f[1] = a.y;
-      }
+      unpack_v<T, DL>(*reinterpret_cast<const VWord<DL>*>(q), f);
     }
 #pragma unroll
     for (int i = 0; i < DL; ++i) sq[r * D + lane * DL + i] = f[i] * p.scale_log2;
@@ -263,48 +191,13 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
     for (int i = 0; i < DL; ++i) acc[r][i] = 0.f;
   }
 
-  if constexpr (Pipelined) {
-    while (cur.count > 0) {
-      const DecodeChunk after = chunk_after(nxt);  // piece and page two chunks ahead
-      const bool valid = lane < cur.count;
-      float s = 0.f;
-      const uint4* knext = reinterpret_cast<const uint4*>(kp + nxt.off);
-#pragma unroll
-      for (int c = 0; c < Shape::kKeyLoads; ++c) {
-        if (valid) {
-          float k[8];
-          unpack8<T>(kreg[c], k);
-          s = dot8(sq + c * 8, k, s);
-        }
-        if (lane < nxt.count) kreg[c] = __ldg(knext + c);
-      }
-      const int pos = cur.piece.position + cur.first + lane;
-      if (!valid || pos >= limit[0]) s = -INFINITY;
-      sp[lane] = softmax_step<DL>(s, m[0], l[0], acc[0]);
-      __syncwarp();
-#pragma unroll
-      for (int j = 0; j < Shape::kChunk; ++j) {
-        if (j < cur.count) {
-          float v[DL];
-          unpack_v<T, DL>(vreg[j], v);
-          const float pj = sp[j];
-#pragma unroll
-          for (int i = 0; i < DL; ++i) acc[0][i] = fmaf(pj, v[i], acc[0][i]);
-        }
-        load_v(nxt, j);
-      }
-      __syncwarp();  // sp is rewritten by the next chunk
-      cur = nxt;
-      nxt = after;
-    }
-  }
   // Chunk ci = half (ci & 1) of piece ci / 2. The next chunk's piece and page are fetched
   // while this one computes, so a chunk costs the K and V round trips only.
-  const int chunks = Pipelined ? 0 : it.piece_count * 2;
+  const int chunks = it.piece_count * 2;
   attn::PlanPiece next_piece{0, 0, 0, 0};
   std::int64_t next_off = 0;
   if (chunks > 0) {
-    next_piece = Headed ? head.piece : p.pieces[it.piece_begin];
+    next_piece = p.pieces[it.piece_begin];
     next_off = key_offset(next_piece, 0);
   }
   for (int ci = 0; ci < chunks; ++ci) {
@@ -350,17 +243,45 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
       sp[r * Shape::kChunk + lane] = softmax_step<DL>(s[r], m[r], l[r], acc[r]);
     }
     __syncwarp();
-    // o += p V: this lane's DL dims of each of the chunk's keys (uniform loop bound).
+    // o += p V: this lane's DL dims of each of the chunk's keys, VBatch loads in flight at a
+    // time (K's registers are free by now), then their FMAs in key order.
+    // VBatch 0: a loop over the chunk's keys unrolled by 8 (the compiler's batching).
+    if constexpr (VBatch == 0) {
 #pragma unroll 8
-    for (int j = 0; j < count; ++j) {
-      const std::int64_t off = __shfl_sync(0xffffffffu, row_off, j);
-      float v[DL];
-      unpack_v<T, DL>(__ldg(reinterpret_cast<const VWord<DL>*>(vp + off + lane * DL)), v);
+      for (int j = 0; j < count; ++j) {
+        const std::int64_t off = __shfl_sync(0xffffffffu, row_off, j);
+        float v[DL];
+        unpack_v<T, DL>(__ldg(reinterpret_cast<const VWord<DL>*>(vp + off + lane * DL)), v);
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const float pr = sp[r * Shape::kChunk + j];
+        for (int r = 0; r < R; ++r) {
+          const float pr = sp[r * Shape::kChunk + j];
 #pragma unroll
-        for (int i = 0; i < DL; ++i) acc[r][i] = fmaf(pr, v[i], acc[r][i]);
+          for (int i = 0; i < DL; ++i) acc[r][i] = fmaf(pr, v[i], acc[r][i]);
+        }
+      }
+    }
+    constexpr int kVBatch = VBatch > 0 ? VBatch : Shape::kChunk;
+#pragma unroll
+    for (int j0 = 0; VBatch > 0 && j0 < Shape::kChunk; j0 += kVBatch) {
+      if (j0 >= count) break;
+      VWord<DL> vr[kVBatch];
+#pragma unroll
+      for (int j = 0; j < kVBatch; ++j) {
+        const std::int64_t off = __shfl_sync(0xffffffffu, row_off, j0 + j);
+        if (j0 + j < count) vr[j] = __ldg(reinterpret_cast<const VWord<DL>*>(vp + off + lane * DL));
+      }
+#pragma unroll
+      for (int j = 0; j < kVBatch; ++j) {
+        if (j0 + j < count) {
+          float v[DL];
+          unpack_v<T, DL>(vr[j], v);
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            const float pr = sp[r * Shape::kChunk + j0 + j];
+#pragma unroll
+            for (int i = 0; i < DL; ++i) acc[r][i] = fmaf(pr, v[i], acc[r][i]);
+          }
+        }
       }
     }
     __syncwarp();  // sp is rewritten by the next chunk
@@ -479,68 +400,31 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   }
 }
 
-// How a decode kernel walks its items: the default, and two opt-in candidates (A/B pending,
-// docs/perf-notes.md v6-suffix).
-enum class DecodeLoop {
-  per_item,   // one warp per item; an item's descriptor, rows and first piece load as it starts
-  streamed,   // persistent warps; each item's head prefetched one item ahead (decode_stream)
-  pipelined,  // streamed, and one-row items' K/V loaded one chunk ahead (decode_item)
-};
-
-// Persistent warps: a warp runs items first, first + stride, ...; each item's descriptor is
-// loaded two items ahead and its head one item ahead, so a one-row item starts with its first
-// page lookup instead of item -> piece -> page and row -> Q.
-template <class T, int D, bool Pipelined>
-__device__ __forceinline__ void decode_stream(const PagedAttentionParams& p, float* sq, float* sp, int lane,
-                                              int first, int stride) {
-  const int count = *p.item_count;
-  auto item_at = [&](int i) { return i < count ? p.items[i] : attn::PlanItem{0, 0, 0, 0, 0, 0, 0}; };
-  auto head_of = [&](int i, const attn::PlanItem& it) {
-    DecodeHead h;
-    if (i < count) {
-      if (it.piece_count > 0) h.piece = p.pieces[it.piece_begin];
-      if (it.row_count > 0) h.row = p.rows[it.row_begin];
-      h.group = p.groups[it.group];
-    }
-    return h;
-  };
-  attn::PlanItem it = item_at(first), it1 = item_at(first + stride);
-  DecodeHead head = head_of(first, it);
-  for (int i = first; i < count; i += stride) {
-    const DecodeHead head1 = head_of(i + stride, it1);
-    const attn::PlanItem it2 = item_at(i + 2 * stride);
-    if (it.row_count <= 1) decode_item<T, D, 1, true, Pipelined>(p, it, sq, sp, lane, head);
-    else if (it.row_count <= 2) decode_item<T, D, 2>(p, it, sq, sp, lane);
-    else if (it.row_count <= 4) decode_item<T, D, 4>(p, it, sq, sp, lane);
-    else decode_item<T, D, 8>(p, it, sq, sp, lane);
-    it = it1, it1 = it2, head = head1;
-  }
-}
-
 // MinBlocks: 3 for the general kernel (168 registers); 5 for the narrow one the runner picks
-// when every item has <= 2 rows (MHA): <= 102 registers, 20 warps per SM for the one-key
-// items' latency chains (it still runs wider items correctly, spilling); the pipelined loop's
-// K and V registers fit without spills at 2. Streamed and pipelined grids are persistent (one
-// wave of blocks); per_item has one warp per item, blocks past the item count exit at once.
-template <class T, int D, int MinBlocks = 3, DecodeLoop Loop = DecodeLoop::per_item>
+// when every item has one row (MHA decode): <= 102 registers, 20 warps per SM for the short
+// items' latency chains. MaxRows: the widest item the kernel serves (8, or 1 for the narrow
+// one: compiling the wider paths into it made its allocation spill for every item). VBatch:
+// V loads in flight per lane at a time (16 or 32; 0: a loop unrolled by 8; A/B
+// HYDRAGEN_DECODE_VBATCH). One warp per item; blocks past the plan's item count exit at once.
+template <class T, int D, int MinBlocks = 3, int MaxRows = 8, int VBatch = 0>
 __global__ void __launch_bounds__(DecodeShape<T, D>::kThreads, MinBlocks) decode_attention_kernel(const PagedAttentionParams p) {
   using Shape = DecodeShape<T, D>;
+  static_assert(MaxRows == 1 || MaxRows == 8);
   extern __shared__ __align__(16) unsigned char smem[];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   float* sq = reinterpret_cast<float*>(smem) + warp * Shape::kWarpSmemFloats;  // [kRows][D]
   float* sp = sq + Shape::kRows * D;                                           // [kRows][kChunk]
-  if constexpr (Loop != DecodeLoop::per_item) {
-    decode_stream<T, D, Loop == DecodeLoop::pipelined>(p, sq, sp, lane, blockIdx.x * Shape::kWarps + warp,
-                                                       gridDim.x * Shape::kWarps);
-    return;
-  }
   const int item_index = blockIdx.x * Shape::kWarps + warp;
   if (item_index >= *p.item_count) return;
   const attn::PlanItem it = p.items[item_index];
-  if (it.row_count <= 1) decode_item<T, D, 1>(p, it, sq, sp, lane);
-  else if (it.row_count <= 2) decode_item<T, D, 2>(p, it, sq, sp, lane);
-  else if (it.row_count <= 4) decode_item<T, D, 4>(p, it, sq, sp, lane);
-  else decode_item<T, D, 8>(p, it, sq, sp, lane);
+  if constexpr (MaxRows == 1) {  // the runner's choice guarantees row_count <= 1 here
+    decode_item<T, D, 1, VBatch>(p, it, sq, sp, lane);
+  } else {
+    if (it.row_count <= 1) decode_item<T, D, 1, VBatch>(p, it, sq, sp, lane);
+    else if (it.row_count <= 2) decode_item<T, D, 2, VBatch>(p, it, sq, sp, lane);
+    else if (it.row_count <= 4) decode_item<T, D, 4, VBatch>(p, it, sq, sp, lane);
+    else decode_item<T, D, 8, VBatch>(p, it, sq, sp, lane);
+  }
 }
 
 }  // namespace hydragen::cuda

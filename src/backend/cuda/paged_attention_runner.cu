@@ -35,16 +35,16 @@ int prepare() {
   return blocks;
 }
 
-// The suffix launch's decode kernel (by default one warp per item, non-persistent grid).
-template <class T, int D, int MinBlocks, DecodeLoop Loop = DecodeLoop::per_item>
+// The suffix launch's decode kernel (one warp per item, non-persistent grid).
+template <class T, int D, int MinBlocks, int MaxRows, int VBatch>
 void launch_decode(const PagedAttentionParams& p, int grid, cudaStream_t stream) {
   using Shape = DecodeShape<T, D>;
-  decode_attention_kernel<T, D, MinBlocks, Loop><<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(p);
+  decode_attention_kernel<T, D, MinBlocks, MaxRows, VBatch><<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(p);
 }
-template <class T, int D, int MinBlocks, DecodeLoop Loop = DecodeLoop::per_item>
+template <class T, int D, int MinBlocks, int MaxRows, int VBatch>
 int prepare_decode() {
   using Shape = DecodeShape<T, D>;
-  auto kernel = decode_attention_kernel<T, D, MinBlocks, Loop>;
+  auto kernel = decode_attention_kernel<T, D, MinBlocks, MaxRows, VBatch>;
   HG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes));
   int blocks = 0;
   HG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, Shape::kThreads, Shape::kSmemBytes));
@@ -53,35 +53,19 @@ int prepare_decode() {
 }
 constexpr int kDecodeItemsPerBlock = 4;  // DecodeShape::kWarps
 
-// The opt-in persistent decode kernels (docs/perf-notes.md v6-suffix), written before a GPU
-// run, so only on request until the H200 A/B decides: HYDRAGEN_DECODE_LOOP = pipelined (8
-// warps per SM) | pipelined12 (12) | streamed (20) | streamed16 (16). Returns the index into
-// KernelPair::decode_streams, -1 when unset.
-int decode_loop_from_environment() {
-  const char* env = std::getenv("HYDRAGEN_DECODE_LOOP");
-  if (env == nullptr || *env == '\0') return -1;
-  const std::string name(env);
-  const char* names[4] = {"pipelined", "pipelined12", "streamed", "streamed16"};
-  for (int v = 0; v < 4; ++v)
-    if (name == names[v]) return v;
-  fail("HYDRAGEN_DECODE_LOOP: unknown value '", name, "' (pipelined, pipelined12, streamed, streamed16)");
-}
-
 }  // namespace
 
 // Which kernel runs the suffix launch, chosen at upload from the plan: the decode kernel
-// (one warp per item) for items of <= 2 rows (MHA) and for items of <= 32 pieces (2K keys)
-// on average; the mma kernel for longer items of 3..8 rows, where its tensor-core tile streams
-// K/V faster (A/B on the H200: 32/8 B=64 16K paged 0.99 mma vs 1.40 ms decode; B=64 1K 0.12
-// decode vs 0.23 ms mma; 8/1 B=64 4K 0.146 decode vs 0.216 mma; docs/perf-notes.md v4). Both
-// are correct for every plan, so a graph captured before an upload stays correct.
-// HYDRAGEN_SUFFIX_KERNEL=mma|decode forces one (A/B timing). HYDRAGEN_SUFFIX_RULE=groups
-// counts pieces per merge group instead (<= 128: 8K keys per row group, a guess between the
-// 4K and 16K points above): splitting a long context to fill the slots shortens its items but
-// not the decode kernel's work per key, and the per-item rule sends Yi-6B paged at 32
-// questions on a 20K document to the decode kernel (34 ms per step) but 64 questions to the
-// mma kernel (25 ms). Opt-in until measured: it also moves 45 points of the issue-3 sweep
-// (perf-notes v6-rule).
+// (one warp per item) for items of <= 2 rows (MHA), and for items of 3..8 rows when they are
+// short both per item (<= 32 pieces, 2K keys, on average) and per merge group (<= 128 pieces
+// per row group); the mma kernel otherwise, where its tensor-core tile streams K/V faster.
+// The per-item bound alone (H200, docs/perf-notes.md v4): 32/8 B=64 16K paged 0.99 mma vs
+// 1.40 ms decode; B=64 1K 0.12 decode vs 0.23 ms mma; 8/1 B=64 4K 0.146 decode vs 0.216 mma.
+// The per-group bound (v6-rule): a long context split to fill the slots has short items but
+// the same decode-kernel work per key -- 8/1 B=1 32K 0.353 -> 0.069 ms, Yi-6B docqa paged at
+// 32 questions 33.7 -> 17.9 ms per step; alone it lost 1.9x at 32/8 B=256 4K paged, which the
+// per-item bound keeps on the mma kernel. Both kernels are correct for every plan, so a graph
+// captured before an upload stays correct. HYDRAGEN_SUFFIX_KERNEL=mma|decode forces one.
 bool suffix_runs_decode_kernel(const attn::AttentionPlan& plan) {
   if (const char* env = std::getenv("HYDRAGEN_SUFFIX_KERNEL")) {
     if (std::string(env) == "mma") return false;
@@ -92,10 +76,9 @@ bool suffix_runs_decode_kernel(const attn::AttentionPlan& plan) {
   int max_rows = 0;
   for (const attn::PlanItem& it : plan.suffix_items) pieces += it.piece_count, max_rows = std::max(max_rows, it.row_count);
   if (max_rows <= 2) return true;
-  const char* rule = std::getenv("HYDRAGEN_SUFFIX_RULE");
-  if (rule != nullptr && std::string(rule) == "groups")
-    return pieces <= 128 * static_cast<std::int64_t>(std::max<std::size_t>(plan.groups.size(), 1));
-  return pieces <= 32 * static_cast<std::int64_t>(plan.suffix_items.size());
+  const auto items = static_cast<std::int64_t>(plan.suffix_items.size());
+  const auto groups = static_cast<std::int64_t>(std::max<std::size_t>(plan.groups.size(), 1));
+  return pieces <= 32 * items && pieces <= 128 * groups;
 }
 
 namespace {
@@ -105,10 +88,7 @@ struct KernelPair {
   int shared_blocks_per_sm, suffix_blocks_per_sm;
   LaunchFn decode = nullptr;  // the suffix launch when set
   int decode_blocks_per_sm = 0;
-  LaunchFn decode_narrow = nullptr;  // the decode kernel at <= 102 registers (items of <= 2 rows)
-  // Opt-in persistent decode kernels (HYDRAGEN_DECODE_LOOP, A/B), in decode_loop_from_environment's order.
-  LaunchFn decode_streams[4] = {};
-  int decode_stream_blocks_per_sm[4] = {};
+  LaunchFn decode_narrow = nullptr;  // the decode kernel at <= 102 registers, one-row items only
   bool shared_wgmma = false;  // the shared launch is shared_attention.cuh's kernel
 };
 
@@ -130,24 +110,32 @@ void use_wgmma_shared(KernelPair& k, int shared_tile_rows) {
   }
 }
 
+template <class T, int D, int VBatch>
+void use_decode(KernelPair& k) {
+  k.decode = launch_decode<T, D, 3, 8, VBatch>, k.decode_blocks_per_sm = prepare_decode<T, D, 3, 8, VBatch>();
+  const char* blocks = std::getenv("HYDRAGEN_DECODE_NARROW_BLOCKS");  // A/B, perf-notes v7-suffix
+  if (blocks != nullptr && std::string(blocks) == "4") {
+    k.decode_narrow = launch_decode<T, D, 4, 1, VBatch>;
+    prepare_decode<T, D, 4, 1, VBatch>();
+  } else {
+    k.decode_narrow = launch_decode<T, D, 5, 1, VBatch>;
+    prepare_decode<T, D, 5, 1, VBatch>();
+  }
+}
+
 template <class T, int D>
 KernelPair kernels_for(int shared_tile_rows) {
   KernelPair k = shared_tile_rows == 128
                      ? KernelPair{launch<T, D, 8, 1>, launch<T, D, 1, 4>, prepare<T, D, 8, 1>(), prepare<T, D, 1, 4>()}
                      : KernelPair{launch<T, D, 4, 1>, launch<T, D, 1, 4>, prepare<T, D, 4, 1>(), prepare<T, D, 1, 4>()};
   use_wgmma_shared<T, D>(k, shared_tile_rows);
-  k.decode = launch_decode<T, D, 3>, k.decode_blocks_per_sm = prepare_decode<T, D, 3>();
-  k.decode_narrow = launch_decode<T, D, 5>;
-  prepare_decode<T, D, 5>();
-  constexpr DecodeLoop kPipelined = DecodeLoop::pipelined, kStreamed = DecodeLoop::streamed;
-  k.decode_streams[0] = launch_decode<T, D, 2, kPipelined>;
-  k.decode_stream_blocks_per_sm[0] = prepare_decode<T, D, 2, kPipelined>();
-  k.decode_streams[1] = launch_decode<T, D, 3, kPipelined>;
-  k.decode_stream_blocks_per_sm[1] = prepare_decode<T, D, 3, kPipelined>();
-  k.decode_streams[2] = launch_decode<T, D, 5, kStreamed>;
-  k.decode_stream_blocks_per_sm[2] = prepare_decode<T, D, 5, kStreamed>();
-  k.decode_streams[3] = launch_decode<T, D, 4, kStreamed>;
-  k.decode_stream_blocks_per_sm[3] = prepare_decode<T, D, 4, kStreamed>();
+  const char* vbatch = std::getenv("HYDRAGEN_DECODE_VBATCH");  // A/B, perf-notes v7-suffix
+  const int vb = vbatch != nullptr ? std::atoi(vbatch) : 0;
+  HG_CHECK(vb == 0 || vb == 16 || vb == 32, "HYDRAGEN_DECODE_VBATCH: expected 0, 16 or 32, got '",
+           vbatch != nullptr ? vbatch : "", "'");
+  if (vb == 0) use_decode<T, D, 0>(k);
+  else if (vb == 16) use_decode<T, D, 16>(k);
+  else use_decode<T, D, 32>(k);
   return k;
 }
 
@@ -199,11 +187,6 @@ attn::PlanOptions plan_options_for_device(DType dtype, int head_dim, AttentionMo
   options.shared_split_past_one_wave = waves != nullptr ? std::atoi(waves) != 0 : k.shared_wgmma;
   const int sms = multiprocessors();
   options.shared_slots = sms * k.shared_blocks_per_sm;
-  if (const char* split = std::getenv("HYDRAGEN_SHARED_MIN_SPLIT")) {  // A/B (perf-notes v6-split)
-    options.shared_min_split_tokens = std::atoll(split);
-    HG_CHECK(options.shared_min_split_tokens > 0, "HYDRAGEN_SHARED_MIN_SPLIT must be a positive number of keys, got '",
-             split, "'");
-  }
   options.suffix_slots = k.decode ? sms * k.decode_blocks_per_sm * kDecodeItemsPerBlock : sms * k.suffix_blocks_per_sm;
   return options;
 }
@@ -228,10 +211,8 @@ struct PagedAttentionRunner::Impl {
   PlanCapacity capacity;
   KernelPair kernels;
   int shared_grid = 0, suffix_grid = 0, decode_grid = 0;
-  int stream_grids[4] = {};  // the persistent decode kernels': at most one wave of blocks
   bool suffix_decode = true;  // set by upload (suffix_runs_decode_kernel)
   bool decode_narrow = false;  // set by upload: every suffix item has <= 2 rows
-  int decode_stream = -1;  // set by upload: HYDRAGEN_DECODE_LOOP's kernel (index into decode_streams), -1: none
   std::int32_t* pages = nullptr;
   attn::PlanPiece* pieces = nullptr;
   attn::PlanRow* rows = nullptr;
@@ -258,7 +239,6 @@ PagedAttentionRunner::PagedAttentionRunner(DType dtype, int head_dim, int q_head
   m.suffix_grid = static_cast<int>(std::min<std::int64_t>(capacity.suffix_items, sms * m.kernels.suffix_blocks_per_sm));
   // decode: one warp per item, blocks past the item count exit at once
   m.decode_grid = static_cast<int>((capacity.suffix_items + kDecodeItemsPerBlock - 1) / kDecodeItemsPerBlock);
-  for (int v = 0; v < 4; ++v) m.stream_grids[v] = std::min(m.decode_grid, sms * m.kernels.decode_stream_blocks_per_sm[v]);
   m.pages = device_array<std::int32_t>(capacity.pages);
   m.pieces = device_array<attn::PlanPiece>(capacity.pieces);
   m.rows = device_array<attn::PlanRow>(capacity.rows);
@@ -286,20 +266,20 @@ void PagedAttentionRunner::upload(const attn::AttentionPlan& plan) {
   Impl& m = *impl_;
   copy_to(m.pages, plan.pages, m.capacity.pages, "pages");
   m.suffix_decode = suffix_runs_decode_kernel(plan);
-  // Narrow (20 warps/SM) when every item has <= 2 rows and the launch is either short items
+  // Narrow (20 warps/SM) when every item has one row and the launch is either short items
   // (one-key hydragen suffixes: 40/40 B=1024 2K 0.347 -> 0.304 ms) or few items (B=64 MHA
   // paged 1K/2K/16K 3.2-3.5 -> 3.6-3.9 TB/s); at B=1024 with long items the wide kernel
   // streams faster (paged 1K 4.78 vs 4.27, dense 3.27 vs 2.75 TB/s). docs/perf-notes.md.
-  // HYDRAGEN_DECODE_WIDE / HYDRAGEN_DECODE_NARROW force one (A/B timing, tests of both).
+  // HYDRAGEN_DECODE_WIDE / HYDRAGEN_DECODE_NARROW force one (A/B timing, tests of both); the
+  // narrow kernel only where every item has one row (it has no wider path).
   {
     std::int64_t pieces = 0;
     bool narrow_rows = true;
-    for (const attn::PlanItem& it : plan.suffix_items) pieces += it.piece_count, narrow_rows &= it.row_count <= 2;
+    for (const attn::PlanItem& it : plan.suffix_items) pieces += it.piece_count, narrow_rows &= it.row_count <= 1;
     const auto items = static_cast<std::int64_t>(plan.suffix_items.size());
-    m.decode_narrow = std::getenv("HYDRAGEN_DECODE_NARROW") != nullptr ||
-                      (narrow_rows && (items <= 8192 || pieces <= 2 * items) &&
-                       std::getenv("HYDRAGEN_DECODE_WIDE") == nullptr);
-    m.decode_stream = decode_loop_from_environment();
+    m.decode_narrow = narrow_rows && (std::getenv("HYDRAGEN_DECODE_NARROW") != nullptr ||
+                                      ((items <= 8192 || pieces <= 2 * items) &&
+                                       std::getenv("HYDRAGEN_DECODE_WIDE") == nullptr));
   }
   copy_to(m.pieces, plan.pieces, m.capacity.pieces, "pieces");
   copy_to(m.rows, plan.rows, m.capacity.rows, "rows");
@@ -314,7 +294,7 @@ void PagedAttentionRunner::upload(const attn::AttentionPlan& plan) {
 }
 
 int PagedAttentionRunner::launch_variant() const {
-  return (impl_->suffix_decode ? 1 : 0) | (impl_->decode_narrow ? 2 : 0) | ((impl_->decode_stream + 1) << 2);
+  return (impl_->suffix_decode ? 1 : 0) | (impl_->decode_narrow ? 2 : 0);
 }
 
 void PagedAttentionRunner::poison_states() {
@@ -345,8 +325,7 @@ void PagedAttentionRunner::run(const PagedAttentionArgs& args, void* stream, boo
   }
   if (shared_only || m.suffix_grid == 0) return;
   p.items = m.suffix_items, p.item_count = m.counts + 1;
-  if (m.suffix_decode && m.decode_stream >= 0) m.kernels.decode_streams[m.decode_stream](p, m.stream_grids[m.decode_stream], st);
-  else if (m.suffix_decode) (m.decode_narrow ? m.kernels.decode_narrow : m.kernels.decode)(p, m.decode_grid, st);
+  if (m.suffix_decode) (m.decode_narrow ? m.kernels.decode_narrow : m.kernels.decode)(p, m.decode_grid, st);
   else m.kernels.suffix(p, m.suffix_grid, st);
   HG_CUDA_CHECK(cudaGetLastError());
 }
