@@ -318,7 +318,7 @@ TEST(CudaAttention, MhaDecodeUnderStackedPrefixMatchesReference) {
 // on and around chunk (32 keys) and piece (64 keys) boundaries, empty ones, split (the ticket
 // merge) and unsplit, under stacked and unstacked prefixes; page sizes 16 and 64, d 64 and
 // 128; plans with 2-row (T = 2) or 4-row (GQA) items, where forcing narrow must fall back to
-// the wide kernel; the last two trials have 4096 items. Each V batch (HYDRAGEN_DECODE_VBATCH).
+// the wide kernel; the last two trials have 4096 items.
 TEST(CudaAttention, NarrowAndWideDecodeKernelsMatchReference) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA
@@ -346,14 +346,12 @@ TEST(CudaAttention, NarrowAndWideDecodeKernelsMatchReference) {
     bool narrow_rows = true;
     for (const attn::PlanItem& it : plan.suffix_items) narrow_rows &= it.row_count <= 1;
     const AttentionState ref = reference_tree_attention(c.tree, c.q);
-    const int vb = trial / 3 % 3;
-    const ScopedEnv vbatch("HYDRAGEN_DECODE_VBATCH", vb == 0 ? "0" : vb == 1 ? "16" : "32");
     for (const char* width : {"HYDRAGEN_DECODE_NARROW", "HYDRAGEN_DECODE_WIDE"}) {
       const ScopedEnv env(width, "1");
       int variant = 0;
       const AttentionState got = run_on_device(c, plan, options.shared_tile_rows, &variant);
       const bool narrow = (variant & 2) != 0;
-      const std::string what = concat("trial ", trial, " ", width, " vbatch ", std::getenv("HYDRAGEN_DECODE_VBATCH"), " ", mode_name(mode), " page ", shape.page_size,
+      const std::string what = concat("trial ", trial, " ", width, " ", mode_name(mode), " page ", shape.page_size,
                                       " d ", shape.head_dim, " G ", shape.groups, " Hkv ", shape.kv_heads, " batch ",
                                       shape.batch, " T<=", shape.max_query_tokens, " stacked ",
                                       plan.stacked_segments, narrow ? " (narrow)" : " (wide)");

@@ -171,6 +171,14 @@ TEST(PagedPlan, SharedSplitsFollowTheirMinimumLength) {
   // Short splits at 512 too: 2 pieces of 512 keys.
   options.shared_short_split_tokens = 512;
   EXPECT_EQ(pieces_per_item(build_attention_plan(layout, options), 16), 8);
+  // Suffixes of 256 (more than a quarter of the segment): no short splits either.
+  options = PlanOptions{};
+  layout.sequences[3].suffix_tokens = 256;
+  layout.sequences[3].pages = {3 + 16, 100, 101, 102};
+  EXPECT_EQ(pieces_per_item(build_attention_plan(layout, options), 16), 8);
+  layout.sequences[3].suffix_tokens = 256 - 1;  // a quarter less one: short splits again
+  EXPECT_EQ(pieces_per_item(build_attention_plan(layout, options), 64), 2);
+  layout.sequences[3] = {0, 1, {3 + 16}, 1};
   // A 4K segment is not short: its pieces stay at >= 512 keys (8 splits of 8 pages).
   options = PlanOptions{};
   layout.segments[0] = {kNoParent, 4096, std::vector<std::int32_t>(64, 0)};

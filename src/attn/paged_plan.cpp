@@ -138,7 +138,13 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
     if (stacked[i]) shared_base_items += hkv * ceil_div(rows_below[i], options.shared_tile_rows);
   }
   std::vector<int> seg_splits(num_segments, 0);
+  // Short splits only while the suffixes are short next to the segment (the decode steps they
+  // were measured on): under long suffixes the suffix launch's merge of the extra columns cost
+  // more than the shared launch saved (8/1 B=16, 1K, suffix 256: 0.106 -> 0.111 ms).
+  std::int64_t longest_suffix = 0;
+  for (const auto& seq : layout.sequences) longest_suffix = std::max(longest_suffix, seq.suffix_tokens);
   auto shortest_shared_split = [&](std::int64_t tokens) {
+    if (tokens <= kShortSplitSuffixRatio * longest_suffix) return options.shared_min_split_tokens;
     return std::min(options.shared_min_split_tokens,
                     std::max(options.shared_short_split_tokens, tokens / kShortSplits));
   };

@@ -45,11 +45,14 @@ inline constexpr int kSharedSlots = 264;
 inline constexpr int kSuffixSlots = 396;
 inline constexpr std::int64_t kMinSplitTokens = 512;
 // A stacked segment shorter than 8 x kMinSplitTokens may split into up to 8 pieces of
-// tokens / 8 keys, never below kShortSplitTokens: a 1K prefix under a small batch then fills 8
+// tokens / 8 keys, never below kShortSplitTokens, when it holds more than kShortSplitSuffixRatio
+// times the plan's longest suffix: a 1K prefix under a small decoding batch then fills 8
 // shared items instead of 2 (H200, docs/perf-notes.md v6-split: 128-key floors everywhere won
-// 6-13% at 1K and lost up to 1.5x at 4K-16K, where pieces of 512 stay).
+// 6-13% at 1K and lost up to 1.5x at 4K-16K, where pieces of 512 stay; under 256-token
+// suffixes the extra merge columns lost 4%).
 inline constexpr std::int64_t kShortSplitTokens = 128;
 inline constexpr int kShortSplits = 8;
+inline constexpr std::int64_t kShortSplitSuffixRatio = 4;
 inline constexpr std::int64_t kMinSuffixSplitTokens = 128;  // the decode kernel: 4 chunks of 32 keys
 inline constexpr int kMaxSplits = 64;
 

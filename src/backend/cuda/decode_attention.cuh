@@ -115,7 +115,7 @@ __device__ __forceinline__ float softmax_step(float s, float& m, float& l, float
 
 // One item of <= R rows (R: 1, 2, 4 or 8; the kernel picks the smallest that holds it, so an
 // MHA decode row does 1/8 of the arithmetic of a GQA group of 8).
-template <class T, int D, int R, int VBatch>
+template <class T, int D, int R>
 __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const attn::PlanItem& it, float* sq,
                                             float* sp, int lane) {
   using Shape = DecodeShape<T, D>;
@@ -243,45 +243,18 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
       sp[r * Shape::kChunk + lane] = softmax_step<DL>(s[r], m[r], l[r], acc[r]);
     }
     __syncwarp();
-    // o += p V: this lane's DL dims of each of the chunk's keys, VBatch loads in flight at a
-    // time (K's registers are free by now), then their FMAs in key order.
-    // VBatch 0: a loop over the chunk's keys unrolled by 8 (the compiler's batching).
-    if constexpr (VBatch == 0) {
+    // o += p V: this lane's DL dims of each of the chunk's keys (uniform loop bound). Unrolled
+    // by 8; batches of 16 or 32 loads in flight lost 1.1-2x on the H200 (perf-notes v7-suffix).
 #pragma unroll 8
-      for (int j = 0; j < count; ++j) {
-        const std::int64_t off = __shfl_sync(0xffffffffu, row_off, j);
-        float v[DL];
-        unpack_v<T, DL>(__ldg(reinterpret_cast<const VWord<DL>*>(vp + off + lane * DL)), v);
+    for (int j = 0; j < count; ++j) {
+      const std::int64_t off = __shfl_sync(0xffffffffu, row_off, j);
+      float v[DL];
+      unpack_v<T, DL>(__ldg(reinterpret_cast<const VWord<DL>*>(vp + off + lane * DL)), v);
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-          const float pr = sp[r * Shape::kChunk + j];
+      for (int r = 0; r < R; ++r) {
+        const float pr = sp[r * Shape::kChunk + j];
 #pragma unroll
-          for (int i = 0; i < DL; ++i) acc[r][i] = fmaf(pr, v[i], acc[r][i]);
-        }
-      }
-    }
-    constexpr int kVBatch = VBatch > 0 ? VBatch : Shape::kChunk;
-#pragma unroll
-    for (int j0 = 0; VBatch > 0 && j0 < Shape::kChunk; j0 += kVBatch) {
-      if (j0 >= count) break;
-      VWord<DL> vr[kVBatch];
-#pragma unroll
-      for (int j = 0; j < kVBatch; ++j) {
-        const std::int64_t off = __shfl_sync(0xffffffffu, row_off, j0 + j);
-        if (j0 + j < count) vr[j] = __ldg(reinterpret_cast<const VWord<DL>*>(vp + off + lane * DL));
-      }
-#pragma unroll
-      for (int j = 0; j < kVBatch; ++j) {
-        if (j0 + j < count) {
-          float v[DL];
-          unpack_v<T, DL>(vr[j], v);
-#pragma unroll
-          for (int r = 0; r < R; ++r) {
-            const float pr = sp[r * Shape::kChunk + j0 + j];
-#pragma unroll
-            for (int i = 0; i < DL; ++i) acc[r][i] = fmaf(pr, v[i], acc[r][i]);
-          }
-        }
+        for (int i = 0; i < DL; ++i) acc[r][i] = fmaf(pr, v[i], acc[r][i]);
       }
     }
     __syncwarp();  // sp is rewritten by the next chunk
@@ -402,11 +375,11 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
 
 // MinBlocks: 3 for the general kernel (168 registers); 5 for the narrow one the runner picks
 // when every item has one row (MHA decode): <= 102 registers, 20 warps per SM for the short
-// items' latency chains. MaxRows: the widest item the kernel serves (8, or 1 for the narrow
-// one: compiling the wider paths into it made its allocation spill for every item). VBatch:
-// V loads in flight per lane at a time (16 or 32; 0: a loop unrolled by 8; A/B
-// HYDRAGEN_DECODE_VBATCH). One warp per item; blocks past the plan's item count exit at once.
-template <class T, int D, int MinBlocks = 3, int MaxRows = 8, int VBatch = 0>
+// items' latency chains (16 warps at 128 registers, no spills, lost 1-17% on the H200). MaxRows:
+// the widest item the kernel serves (8, or 1 for the narrow one: compiling the wider paths into
+// it made its allocation spill 1420 instead of 236 bytes). One warp per item; blocks past the
+// plan's item count exit at once.
+template <class T, int D, int MinBlocks = 3, int MaxRows = 8>
 __global__ void __launch_bounds__(DecodeShape<T, D>::kThreads, MinBlocks) decode_attention_kernel(const PagedAttentionParams p) {
   using Shape = DecodeShape<T, D>;
   static_assert(MaxRows == 1 || MaxRows == 8);
@@ -418,12 +391,12 @@ __global__ void __launch_bounds__(DecodeShape<T, D>::kThreads, MinBlocks) decode
   if (item_index >= *p.item_count) return;
   const attn::PlanItem it = p.items[item_index];
   if constexpr (MaxRows == 1) {  // the runner's choice guarantees row_count <= 1 here
-    decode_item<T, D, 1, VBatch>(p, it, sq, sp, lane);
+    decode_item<T, D, 1>(p, it, sq, sp, lane);
   } else {
-    if (it.row_count <= 1) decode_item<T, D, 1, VBatch>(p, it, sq, sp, lane);
-    else if (it.row_count <= 2) decode_item<T, D, 2, VBatch>(p, it, sq, sp, lane);
-    else if (it.row_count <= 4) decode_item<T, D, 4, VBatch>(p, it, sq, sp, lane);
-    else decode_item<T, D, 8, VBatch>(p, it, sq, sp, lane);
+    if (it.row_count <= 1) decode_item<T, D, 1>(p, it, sq, sp, lane);
+    else if (it.row_count <= 2) decode_item<T, D, 2>(p, it, sq, sp, lane);
+    else if (it.row_count <= 4) decode_item<T, D, 4>(p, it, sq, sp, lane);
+    else decode_item<T, D, 8>(p, it, sq, sp, lane);
   }
 }
 

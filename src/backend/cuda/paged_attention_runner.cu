@@ -36,15 +36,15 @@ int prepare() {
 }
 
 // The suffix launch's decode kernel (one warp per item, non-persistent grid).
-template <class T, int D, int MinBlocks, int MaxRows, int VBatch>
+template <class T, int D, int MinBlocks, int MaxRows>
 void launch_decode(const PagedAttentionParams& p, int grid, cudaStream_t stream) {
   using Shape = DecodeShape<T, D>;
-  decode_attention_kernel<T, D, MinBlocks, MaxRows, VBatch><<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(p);
+  decode_attention_kernel<T, D, MinBlocks, MaxRows><<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(p);
 }
-template <class T, int D, int MinBlocks, int MaxRows, int VBatch>
+template <class T, int D, int MinBlocks, int MaxRows>
 int prepare_decode() {
   using Shape = DecodeShape<T, D>;
-  auto kernel = decode_attention_kernel<T, D, MinBlocks, MaxRows, VBatch>;
+  auto kernel = decode_attention_kernel<T, D, MinBlocks, MaxRows>;
   HG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes));
   int blocks = 0;
   HG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, Shape::kThreads, Shape::kSmemBytes));
@@ -110,32 +110,15 @@ void use_wgmma_shared(KernelPair& k, int shared_tile_rows) {
   }
 }
 
-template <class T, int D, int VBatch>
-void use_decode(KernelPair& k) {
-  k.decode = launch_decode<T, D, 3, 8, VBatch>, k.decode_blocks_per_sm = prepare_decode<T, D, 3, 8, VBatch>();
-  const char* blocks = std::getenv("HYDRAGEN_DECODE_NARROW_BLOCKS");  // A/B, perf-notes v7-suffix
-  if (blocks != nullptr && std::string(blocks) == "4") {
-    k.decode_narrow = launch_decode<T, D, 4, 1, VBatch>;
-    prepare_decode<T, D, 4, 1, VBatch>();
-  } else {
-    k.decode_narrow = launch_decode<T, D, 5, 1, VBatch>;
-    prepare_decode<T, D, 5, 1, VBatch>();
-  }
-}
-
 template <class T, int D>
 KernelPair kernels_for(int shared_tile_rows) {
   KernelPair k = shared_tile_rows == 128
                      ? KernelPair{launch<T, D, 8, 1>, launch<T, D, 1, 4>, prepare<T, D, 8, 1>(), prepare<T, D, 1, 4>()}
                      : KernelPair{launch<T, D, 4, 1>, launch<T, D, 1, 4>, prepare<T, D, 4, 1>(), prepare<T, D, 1, 4>()};
   use_wgmma_shared<T, D>(k, shared_tile_rows);
-  const char* vbatch = std::getenv("HYDRAGEN_DECODE_VBATCH");  // A/B, perf-notes v7-suffix
-  const int vb = vbatch != nullptr ? std::atoi(vbatch) : 0;
-  HG_CHECK(vb == 0 || vb == 16 || vb == 32, "HYDRAGEN_DECODE_VBATCH: expected 0, 16 or 32, got '",
-           vbatch != nullptr ? vbatch : "", "'");
-  if (vb == 0) use_decode<T, D, 0>(k);
-  else if (vb == 16) use_decode<T, D, 16>(k);
-  else use_decode<T, D, 32>(k);
+  k.decode = launch_decode<T, D, 3, 8>, k.decode_blocks_per_sm = prepare_decode<T, D, 3, 8>();
+  k.decode_narrow = launch_decode<T, D, 5, 1>;
+  prepare_decode<T, D, 5, 1>();
   return k;
 }
 
