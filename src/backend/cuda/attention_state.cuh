@@ -19,26 +19,49 @@ struct StateBuffer {
 
 // Merges the n partial states first, first + stride, ... of one row, for the four o
 // elements [d, d + 4); returns the merged lse. Reads through L2: other blocks wrote them.
+// Columns go in batches of kMergeBatch with every load of a batch issued before any is used
+// (a split 32K prefix has 33+ columns: one at a time, the last arrival of 8/1 B=256 spent
+// ~150 us in two chains of dependent L2 round trips). Same arithmetic in column order as one
+// at a time; an entry whose weight is 0 is loaded but never used (it may be unwritten).
+constexpr int kMergeBatch = 8;
 __device__ __forceinline__ float merge_states_chunk(StateBuffer states, int head_dim, std::int64_t first,
                                                     std::int64_t stride, int n, int d, float4* o) {
   float m = -INFINITY;
-  for (int c = 0; c < n; ++c) m = fmaxf(m, __ldcg(states.lse + first + c * stride));
+  for (int c0 = 0; c0 < n; c0 += kMergeBatch) {
+    float l[kMergeBatch];
+#pragma unroll
+    for (int j = 0; j < kMergeBatch; ++j) l[j] = c0 + j < n ? __ldcg(states.lse + first + (c0 + j) * stride) : -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kMergeBatch; ++j) m = fmaxf(m, l[j]);
+  }
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   if (m == -INFINITY) {
     *o = acc;
     return -INFINITY;
   }
   float sum = 0.f;
-  for (int c = 0; c < n; ++c) {
-    const std::int64_t e = first + c * stride;
-    const float w = __expf(__ldcg(states.lse + e) - m);
-    if (w == 0.f) continue;  // an empty or negligible state; its o may be anything finite
-    const float4 x = __ldcg(reinterpret_cast<const float4*>(states.o + e * head_dim + d));
-    sum += w;
-    acc.x += w * x.x;
-    acc.y += w * x.y;
-    acc.z += w * x.z;
-    acc.w += w * x.w;
+  for (int c0 = 0; c0 < n; c0 += kMergeBatch) {
+    float l[kMergeBatch];
+    float4 x[kMergeBatch];
+#pragma unroll
+    for (int j = 0; j < kMergeBatch; ++j) {
+      const std::int64_t e = first + (c0 + j) * stride;
+      l[j] = -INFINITY, x[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (c0 + j < n) {
+        l[j] = __ldcg(states.lse + e);
+        x[j] = __ldcg(reinterpret_cast<const float4*>(states.o + e * head_dim + d));
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kMergeBatch; ++j) {
+      const float w = __expf(l[j] - m);
+      if (w == 0.f) continue;  // an empty or negligible state; its o may be anything
+      sum += w;
+      acc.x += w * x[j].x;
+      acc.y += w * x[j].y;
+      acc.z += w * x[j].z;
+      acc.w += w * x[j].w;
+    }
   }
   const float inv = 1.f / sum;
   *o = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
