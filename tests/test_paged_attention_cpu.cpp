@@ -37,7 +37,8 @@ attn::PlanOptions plan_options(AttentionMode mode, Dispatch dispatch, bool split
   attn::PlanOptions options;
   options.mode = mode;
   options.shared_tile_rows = trial % 2 ? 64 : 128;
-  if (dispatch == Dispatch::stack_all) options.min_sharers_to_stack = 1, options.min_segment_tokens_to_stack = 1;
+  if (dispatch == Dispatch::stack_all)
+    options.min_sharers_to_stack = 1, options.min_segment_tokens_to_stack = 1, options.fold_when_stacking_saves_little = false;
   if (dispatch == Dispatch::fold_all) options.min_sharers_to_stack = 1 << 30;
   if (split) {  // few items on many slots: long ranges split (shared >= 2 x 512 keys, suffix >= 2 x 16)
     options.shared_slots = 64, options.suffix_slots = 512, options.suffix_min_split_tokens = 16;

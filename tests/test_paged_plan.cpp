@@ -201,6 +201,43 @@ TEST(PagedPlan, SharedSplitsFollowTheirMinimumLength) {
   EXPECT_THROW(build_attention_plan(layout, options), Error);
 }
 
+// B sequences under one segment of `prefix` tokens with `suffix` own tokens each, planned with
+// the H200's slots (264 shared, 1584 suffix); returns how many segments the plan stacks.
+int stacked_segments_of(int batch, int kv_heads, int q_heads, std::int64_t prefix, std::int64_t suffix,
+                        bool fold_rule = true) {
+  PagedLayout layout;
+  layout.kv_heads = kv_heads, layout.q_heads = q_heads, layout.head_dim = 128;
+  std::int32_t next = 0;
+  auto pages = [&](std::int64_t tokens) {
+    std::vector<std::int32_t> ids;
+    for (std::int64_t t = 0; t < tokens; t += layout.page_size) ids.push_back(next++);
+    return ids;
+  };
+  layout.segments.push_back({kNoParent, prefix, pages(prefix), 0});
+  for (int b = 0; b < batch; ++b) layout.sequences.push_back({0, suffix, pages(suffix), 1, 0});
+  PlanOptions options;
+  options.shared_slots = 264, options.suffix_slots = 1584;
+  options.fold_when_stacking_saves_little = fold_rule;
+  return build_attention_plan(layout, options).stacked_segments;
+}
+
+// The fold rule on the issue-3 sweep's shapes: the three points where stacking ran 1.12-1.18x
+// paged's time on the H200 fold; every measured point where stacking won stays stacked.
+TEST(PagedPlan, FoldsWhereStackingDoesNotShortenTheSuffixLaunch) {
+  EXPECT_EQ(stacked_segments_of(16, 1, 8, 1024, 256), 0);
+  EXPECT_EQ(stacked_segments_of(64, 1, 8, 1024, 256), 0);
+  EXPECT_EQ(stacked_segments_of(16, 8, 32, 1024, 256), 0);
+  EXPECT_EQ(stacked_segments_of(16, 1, 8, 1024, 256, false), 1);  // the rule off
+  EXPECT_EQ(stacked_segments_of(256, 1, 8, 1024, 256), 1);   // stacked 0.65x paged
+  EXPECT_EQ(stacked_segments_of(1024, 1, 8, 1024, 256), 1);  // 0.37x
+  EXPECT_EQ(stacked_segments_of(64, 8, 32, 1024, 256), 1);   // 0.57x
+  EXPECT_EQ(stacked_segments_of(64, 1, 8, 4096, 256), 1);    // 0.77x
+  EXPECT_EQ(stacked_segments_of(16, 8, 32, 4096, 256), 1);   // 0.56x
+  EXPECT_EQ(stacked_segments_of(16, 1, 8, 1024, 1), 1);      // decode steps: 0.44x
+  EXPECT_EQ(stacked_segments_of(64, 40, 40, 1024, 64), 1);
+  EXPECT_EQ(stacked_segments_of(32, 8, 32, 1024, 128), 1);   // the e2e's last step, 8B B=32 1K
+}
+
 TEST(PagedPlan, StacksOnlySegmentsThatPay) {
   PagedLayout layout;
   layout.page_size = 64, layout.kv_heads = 1, layout.q_heads = 8, layout.head_dim = 128;

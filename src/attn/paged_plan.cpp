@@ -137,6 +137,30 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
                  static_cast<int>(readers[i].size()) >= std::max(1, options.min_sharers_to_stack);
     if (stacked[i]) shared_base_items += hkv * ceil_div(rows_below[i], options.shared_tile_rows);
   }
+  // Fold everything back when stacking would not shorten the suffix launch by a quarter (see
+  // PlanOptions::fold_when_stacking_saves_little): that launch's time is estimated as its
+  // waves of items x its longest item, with each sequence's own keys split as below.
+  if (options.fold_when_stacking_saves_little && shared_base_items > 0) {
+    std::int64_t base_items = 0;
+    for (const auto& seq : layout.sequences)
+      base_items += hkv * ceil_div(std::int64_t{seq.query_tokens} * groups, kSuffixTileRows);
+    auto suffix_cost = [&](bool with_stacking) {
+      std::int64_t items = 0, longest = 0;
+      for (int s = 0; s < num_sequences; ++s) {
+        std::int64_t own = layout.sequences[s].suffix_tokens;
+        for (int p : path[s])
+          if (!(with_stacking && stacked[p])) own += layout.segments[p].tokens;
+        const int splits = splits_for(own, base_items, options.suffix_slots, options.suffix_min_split_tokens);
+        items += hkv * ceil_div(std::int64_t{layout.sequences[s].query_tokens} * groups, kSuffixTileRows) * splits;
+        longest = std::max(longest, ceil_div(own, splits));
+      }
+      return ceil_div(items, std::max(options.suffix_slots, 1)) * longest;
+    };
+    if (4 * suffix_cost(true) > 3 * suffix_cost(false)) {
+      std::fill(stacked.begin(), stacked.end(), 0);
+      shared_base_items = 0;
+    }
+  }
   std::vector<int> seg_splits(num_segments, 0);
   // Short splits only while the suffixes are short next to the segment (the decode steps they
   // were measured on): under long suffixes the suffix launch's merge of the extra columns cost

@@ -132,6 +132,13 @@ struct PlanOptions {
   std::int64_t shared_min_split_tokens = kMinSplitTokens;
   std::int64_t shared_short_split_tokens = kShortSplitTokens;
   int shared_tile_rows = kSharedTileRows;  // 64 or 128 (16 rows per warp)
+  // Fold every segment back into the suffixes when stacking would not make the suffix launch
+  // (waves of items x longest item) at least a quarter shorter: then the shared launch and
+  // the extra merge columns are pure cost. H200 (docs/perf-notes.md v7-fold): 8/1 B=16 and
+  // B=64 and 32/8 B=16 at prefix 1K with 256-token suffixes ran 1.12-1.18x paged's time
+  // stacked; every point where stacking won (B >= 64 at 4K, B >= 256 at 1K, 32/8 B=64, all
+  // short suffixes) estimates <= 0.70. Tests that force stacking turn it off, as does prefill.
+  bool fold_when_stacking_saves_little = true;
   // Split stacked segments also when their items already fill a wave of shared_slots (see
   // build_attention_plan). Off by default; the CUDA backend turns it on with its wgmma shared
   // kernel (plan_options_for_device).

@@ -251,6 +251,7 @@ void Engine::prefill(const std::vector<kv::NodeId>& nodes) {
   attn::PlanOptions prefill_options = runner_.plan_options(AttentionMode::hydragen);
   prefill_options.min_sharers_to_stack = 1;
   prefill_options.min_segment_tokens_to_stack = 1;
+  prefill_options.fold_when_stacking_saves_little = false;
   while (!pending.empty()) {
     std::vector<kv::NodeId> wave;
     for (kv::NodeId id : pending) {
