@@ -4,6 +4,7 @@
 // its own suffix items; every partial-state column it merges must be written exactly once.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <map>
 #include <random>
 
@@ -218,7 +219,19 @@ int stacked_segments_of(int batch, int kv_heads, int q_heads, std::int64_t prefi
   PlanOptions options;
   options.shared_slots = 264, options.suffix_slots = 1584;
   options.fold_when_stacking_saves_little = fold_rule;
-  return build_attention_plan(layout, options).stacked_segments;
+  const AttentionPlan plan = build_attention_plan(layout, options);
+  if (plan.stacked_segments == 0) {  // folded: exactly paged's plan, so paged's time
+    options.mode = AttentionMode::paged;
+    const AttentionPlan paged = build_attention_plan(layout, options);
+    auto same = [](const auto& a, const auto& b) {
+      return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0);
+    };
+    EXPECT_TRUE(same(plan.pages, paged.pages) && same(plan.pieces, paged.pieces) && same(plan.rows, paged.rows) &&
+                same(plan.shared_items, paged.shared_items) && same(plan.suffix_items, paged.suffix_items) &&
+                same(plan.groups, paged.groups) && plan.state_entries == paged.state_entries)
+        << "B=" << batch << " prefix " << prefix << " suffix " << suffix << ": folded plan differs from paged's";
+  }
+  return plan.stacked_segments;
 }
 
 // The fold rule on the issue-3 sweep's shapes: the three points where stacking ran 1.12-1.18x
