@@ -204,4 +204,21 @@ inline PagedCase random_paged_case(const PagedShape& shape, Rng& rng) {
   return c;
 }
 
+// B sequences under one segment of `prefix` tokens, `suffix` own tokens each (one query row),
+// d 128, pages numbered in order; for plan-shape tests at benchmark sizes.
+inline attn::PagedLayout one_segment_layout(int batch, int kv_heads, int q_heads, std::int64_t prefix,
+                                            std::int64_t suffix) {
+  attn::PagedLayout layout;
+  layout.kv_heads = kv_heads, layout.q_heads = q_heads, layout.head_dim = 128;
+  std::int32_t next = 0;
+  auto pages = [&](std::int64_t tokens) {
+    std::vector<std::int32_t> ids;
+    for (std::int64_t t = 0; t < tokens; t += layout.page_size) ids.push_back(next++);
+    return ids;
+  };
+  layout.segments.push_back({kNoParent, prefix, pages(prefix), 0});
+  for (int b = 0; b < batch; ++b) layout.sequences.push_back({0, suffix, pages(suffix), 1, 0});
+  return layout;
+}
+
 }  // namespace hydragen::testing

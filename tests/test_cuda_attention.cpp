@@ -372,20 +372,10 @@ TEST(CudaAttention, NarrowAndWideDecodeKernelsMatchReference) {
 // A plan of B sequences under one segment of `context` tokens, `suffix` own tokens each.
 attn::AttentionPlan one_segment_plan(int batch, int kv_heads, int q_heads, std::int64_t context, std::int64_t suffix,
                                      AttentionMode mode) {
-  attn::PagedLayout layout;
-  layout.kv_heads = kv_heads, layout.q_heads = q_heads, layout.head_dim = 128;
-  std::int32_t next = 0;
-  auto pages = [&](std::int64_t tokens) {
-    std::vector<std::int32_t> ids;
-    for (std::int64_t t = 0; t < tokens; t += layout.page_size) ids.push_back(next++);
-    return ids;
-  };
-  layout.segments.push_back({kNoParent, context, pages(context), 0});
-  for (int b = 0; b < batch; ++b) layout.sequences.push_back({0, suffix, pages(suffix), 1, 0});
   attn::PlanOptions options;
   options.mode = mode;
   options.shared_slots = 264, options.suffix_slots = 1584;  // the H200's, as on the device
-  return attn::build_attention_plan(layout, options);
+  return attn::build_attention_plan(testing::one_segment_layout(batch, kv_heads, q_heads, context, suffix), options);
 }
 #endif
 

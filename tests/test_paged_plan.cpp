@@ -9,6 +9,7 @@
 #include <random>
 
 #include "attn/paged_plan.h"
+#include "paged_test_util.h"
 #include "hydragen/error.h"
 
 namespace hydragen::attn {
@@ -206,16 +207,7 @@ TEST(PagedPlan, SharedSplitsFollowTheirMinimumLength) {
 // the H200's slots (264 shared, 1584 suffix); returns how many segments the plan stacks.
 int stacked_segments_of(int batch, int kv_heads, int q_heads, std::int64_t prefix, std::int64_t suffix,
                         bool fold_rule = true) {
-  PagedLayout layout;
-  layout.kv_heads = kv_heads, layout.q_heads = q_heads, layout.head_dim = 128;
-  std::int32_t next = 0;
-  auto pages = [&](std::int64_t tokens) {
-    std::vector<std::int32_t> ids;
-    for (std::int64_t t = 0; t < tokens; t += layout.page_size) ids.push_back(next++);
-    return ids;
-  };
-  layout.segments.push_back({kNoParent, prefix, pages(prefix), 0});
-  for (int b = 0; b < batch; ++b) layout.sequences.push_back({0, suffix, pages(suffix), 1, 0});
+  const PagedLayout layout = testing::one_segment_layout(batch, kv_heads, q_heads, prefix, suffix);
   PlanOptions options;
   options.shared_slots = 264, options.suffix_slots = 1584;
   options.fold_when_stacking_saves_little = fold_rule;
