@@ -195,7 +195,7 @@ struct PagedAttentionRunner::Impl {
   KernelPair kernels;
   int shared_grid = 0, suffix_grid = 0, decode_grid = 0;
   bool suffix_decode = true;  // set by upload (suffix_runs_decode_kernel)
-  bool decode_narrow = false;  // set by upload: every suffix item has <= 2 rows
+  bool decode_narrow = false;  // set by upload: every suffix item has one row
   std::int32_t* pages = nullptr;
   attn::PlanPiece* pieces = nullptr;
   attn::PlanRow* rows = nullptr;
