@@ -18,6 +18,7 @@
 #include "cli_parse.h"
 #include "engine/engine.h"
 #include "hydragen/error.h"
+#include "model/paged_kv.h"
 #include "model/presets.h"
 #include "model/weights.h"
 #ifdef HYDRAGEN_WITH_CUDA
@@ -298,12 +299,27 @@ void run_e2e(const E2eOptions& o) {
       report["context_widened"][preset] = {{"from", config.max_position_embeddings}, {"to", longest}};
       config.max_position_embeddings = longest;
     }
-    engine::RunnerOptions ro;
-    ro.max_batch = *std::max_element(batches.begin(), batches.end());
-    std::unique_ptr<engine::ModelRunner> runner =
-        o.device == "cuda" ? engine::make_cuda_runner(config, random_weights(config, o.seed, DType::bf16, Device::cuda), ro)
-                           : engine::make_cpu_runner(config, random_weights(config, o.seed), ro);
-    const double per_token = double(runner->kv_bytes_per_token());
+    // A batch whose own K/V (new_tokens per sequence) exceeds what this device could hold
+    // after the weights can never run (13B and 7B at 2048 on one H200): its points are X
+    // without a run, and the runner is not sized for it.
+    const bool cuda = o.device == "cuda";
+    const std::int64_t per_token_bytes = PagedKv::bytes_per_token(config, cuda ? DType::bf16 : DType::f32);
+    double kv_ceiling = double(engine::kCpuKvBytes);
+#ifdef HYDRAGEN_WITH_CUDA
+    if (cuda) kv_ceiling = double(cuda::device_memory_bytes()) - 2.0 * double(config.parameter_count());
+#endif
+    auto own_kv_bytes = [&](std::int64_t batch) { return double(batch) * double(o.new_tokens) * double(per_token_bytes); };
+    std::int64_t max_batch = 0;
+    for (std::int64_t batch : batches)
+      if (o.scenario != "sweep" || own_kv_bytes(batch) <= kv_ceiling) max_batch = std::max(max_batch, batch);
+    std::unique_ptr<engine::ModelRunner> runner;
+    if (max_batch > 0) {
+      engine::RunnerOptions ro;
+      ro.max_batch = max_batch;
+      runner = cuda ? engine::make_cuda_runner(config, random_weights(config, o.seed, DType::bf16, Device::cuda), ro)
+                    : engine::make_cpu_runner(config, random_weights(config, o.seed), ro);
+    }
+    const double per_token = double(per_token_bytes);
     if (o.scenario != "sweep") {
       if (o.scenario == "docqa") run_docqa(*runner, config, preset, modes, o, rows);
       else run_two_level(*runner, config, preset, o, rows);
@@ -317,6 +333,18 @@ void run_e2e(const E2eOptions& o) {
         double none_step = 0, paged_tps = 0;
         for (engine::AttentionChoice mode : modes) {
           std::mt19937 rng(static_cast<std::uint32_t>(o.seed + prefix));
+          if (own_kv_bytes(batch) > kv_ceiling) {
+            nlohmann::json row{{"mode", engine::choice_name(mode)}, {"batch", batch}, {"new_tokens", o.new_tokens},
+                               {"skipped", true}};
+            row["skip_reason"] = "out of memory: the batch's own K/V (" + human_gb(own_kv_bytes(batch)) +
+                                 ") exceeds the " + human_gb(kv_ceiling) +
+                                 (cuda ? " the device has after the weights" : " of the CPU K/V pool");
+            PointResult r{row, 0};
+            r.row["prefix"] = prefix;
+            r.row["preset"] = preset;
+            point.push_back(std::move(r));
+            continue;
+          }
           PointResult r = time_generation(*runner, mode, {sampled_request(random_prompt(rng, config, prefix), batch, o)},
                                           batch, o);
           r.row["prefix"] = prefix;

@@ -37,7 +37,7 @@ class CpuModelRunner final : public ModelRunner {
     const std::int64_t pages =
         options.kv_pages > 0
             ? options.kv_pages
-            : pages_for_bytes(options.kv_memory_bytes > 0 ? options.kv_memory_bytes : std::int64_t{1} << 30,
+            : pages_for_bytes(options.kv_memory_bytes > 0 ? options.kv_memory_bytes : kCpuKvBytes,
                               options.page_size, per_token);
     kv_ = PagedKv::allocate(config, pages, options.page_size, DType::f32, Device::cpu);
   }

@@ -25,10 +25,12 @@ enum class AttentionChoice { hydragen, paged, dense, none };
 const char* choice_name(AttentionChoice choice);
 AttentionChoice parse_choice(const std::string& name);  // throws naming the accepted values
 
+inline constexpr std::int64_t kCpuKvBytes = std::int64_t{1} << 30;  // the CPU runner's default K/V pool
+
 struct RunnerOptions {
   int page_size = 64;
   std::int64_t kv_pages = 0;         // 0: from kv_memory_bytes
-  std::int64_t kv_memory_bytes = 0;  // 0: the device's free memory after weights, less a reserve (CUDA); 1 GiB (CPU)
+  std::int64_t kv_memory_bytes = 0;  // 0: the device's free memory after weights, less a reserve (CUDA); kCpuKvBytes (CPU)
   std::int64_t max_batch = 1024;     // decode rows a step may hold (CUDA graph buckets up to it)
   bool cuda_graphs = true;
 };

@@ -95,6 +95,12 @@ bool cuda_available(std::string* why_not) {
   return true;
 }
 
+std::int64_t device_memory_bytes() {
+  std::size_t free_bytes = 0, total_bytes = 0;
+  HG_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return static_cast<std::int64_t>(total_bytes);
+}
+
 DeviceCeilings measure_ceilings() {
   DeviceCeilings c;
   cudaDeviceProp prop{};

@@ -54,6 +54,8 @@ struct AttentionBenchTiming {
 // True when a CUDA device can be used; otherwise why_not says why.
 bool cuda_available(std::string* why_not);
 DeviceCeilings measure_ceilings();
+// The current device's total memory in bytes.
+std::int64_t device_memory_bytes();
 AttentionBenchTiming bench_attention(const AttentionBenchCase& bench_case);
 
 }  // namespace hydragen::cuda
