@@ -127,6 +127,14 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
     }
   }
 
+  // Suffix items of sequence s before splitting (kv heads x row tiles), and their sum: the
+  // base the suffix splits fill the slots from.
+  auto suffix_tiles = [&](int s) {
+    return std::int64_t{hkv} * ceil_div(std::int64_t{layout.sequences[s].query_tokens} * groups, kSuffixTileRows);
+  };
+  std::int64_t suffix_base_items = 0;
+  for (int s = 0; s < num_sequences; ++s) suffix_base_items += suffix_tiles(s);
+
   // Dispatch: which segments are stacked, and into how many splits.
   std::vector<char> stacked(num_segments, 0);
   std::int64_t shared_base_items = 0;
@@ -141,17 +149,14 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
   // PlanOptions::fold_when_stacking_saves_little): that launch's time is estimated as its
   // waves of items x its longest item, with each sequence's own keys split as below.
   if (options.fold_when_stacking_saves_little && shared_base_items > 0) {
-    std::int64_t base_items = 0;
-    for (const auto& seq : layout.sequences)
-      base_items += hkv * ceil_div(std::int64_t{seq.query_tokens} * groups, kSuffixTileRows);
     auto suffix_cost = [&](bool with_stacking) {
       std::int64_t items = 0, longest = 0;
       for (int s = 0; s < num_sequences; ++s) {
         std::int64_t own = layout.sequences[s].suffix_tokens;
         for (int p : path[s])
           if (!(with_stacking && stacked[p])) own += layout.segments[p].tokens;
-        const int splits = splits_for(own, base_items, options.suffix_slots, options.suffix_min_split_tokens);
-        items += hkv * ceil_div(std::int64_t{layout.sequences[s].query_tokens} * groups, kSuffixTileRows) * splits;
+        const int splits = splits_for(own, suffix_base_items, options.suffix_slots, options.suffix_min_split_tokens);
+        items += suffix_tiles(s) * splits;
         longest = std::max(longest, ceil_div(own, splits));
       }
       return ceil_div(items, std::max(options.suffix_slots, 1)) * longest;
@@ -202,7 +207,6 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
   std::vector<std::int64_t> own_tokens(num_sequences, 0), state_base(num_sequences), query_offset(num_sequences);
   std::vector<std::int64_t> context(num_sequences, 0);
   std::vector<int> seg_column(num_segments, 0);
-  std::int64_t suffix_base_items = 0;
   for (int s = 0; s < num_sequences; ++s) {
     const auto& seq = layout.sequences[s];
     for (int p : path[s]) {
@@ -216,7 +220,6 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
     }
     context[s] += seq.suffix_tokens;
     own_tokens[s] += seq.suffix_tokens;
-    suffix_base_items += hkv * ceil_div(std::int64_t{seq.query_tokens} * groups, kSuffixTileRows);
   }
   for (int s = 0; s < num_sequences; ++s) {
     const auto& seq = layout.sequences[s];
@@ -241,9 +244,8 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
       shared_items += std::int64_t{hkv} * ceil_div(rows_below[i], options.shared_tile_rows) * seg_splits[i];
     }
     for (int s = 0; s < num_sequences; ++s) {
-      const std::int64_t own_rows = std::int64_t{layout.sequences[s].query_tokens} * groups;
-      const std::int64_t tiles = std::int64_t{hkv} * ceil_div(own_rows, kSuffixTileRows);
-      rows += own_rows;
+      const std::int64_t tiles = suffix_tiles(s);
+      rows += std::int64_t{layout.sequences[s].query_tokens} * groups;
       pieces += ceil_div(own_tokens[s], kBlockTokens) + static_cast<std::int64_t>(path[s].size());  // + a partial block per segment
       suffix_items += tiles * own_splits[s];
       groups_total += tiles;
