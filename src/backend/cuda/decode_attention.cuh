@@ -1,15 +1,15 @@
-// The suffix (decode) kernel: one WARP per suffix item, no tensor cores, no shared-memory
-// staging of K/V. Memory-bound work wants many independent items in flight per SM, so each
-// warp runs its item on its own (4 items per 128-thread block, non-persistent grid: blocks
-// past the plan's item count exit at once), and its K/V loads go straight to registers.
+// The suffix (decode) kernel: one WARP per suffix item, no tensor cores. Memory-bound work
+// wants many independent items in flight per SM, so each warp runs its item on its own (4
+// items per 128-thread block, non-persistent grid: blocks past the plan's item count exit at
+// once) and stages its K/V in its own slice of shared memory.
 //
 // Per item (<= kRows rows of one sequence and kv head, a list of pieces of <= 64 keys):
-//   keys in chunks of 32 (half a piece): lane j owns key j of the chunk, loads its whole K row
-//   (D/8 16-byte loads, all in flight at once) and computes its score for every row against
+//   keys in chunks of 32 (half a piece): the chunk's K and V rows are copied to shared memory
+//   with cp.async, kRowLanes lanes per row (coalesced), all at once: one memory round trip
+//   per chunk. Lane j owns key j of the chunk and computes its score for every row against
 //   Q kept as fp32 in shared memory (broadcast reads); online softmax per row over the chunk
 //   (max by 5 shuffles; l kept per lane, summed once at the end); p goes to shared memory;
-//   then lane d owns D/32 output dims and streams the chunk's V rows (coalesced 8-byte
-//   loads) against p. When the item is its merge group's only suffix item (no suffix split:
+//   then lane d owns D/32 output dims and runs over the chunk's V rows against p. When the item is its merge group's only suffix item (no suffix split:
 //   the common decode case) and its rows have at most one shared state (one unsplit stacked
 //   column), it merges its own state in registers with that one (complete: the shared launch
 //   precedes this one in the stream) and writes the final output -- no state write, no
@@ -35,8 +35,16 @@ struct DecodeShape {
   static constexpr int kChunk = 32;      // keys per step (one per lane)
   static constexpr int kKeyLoads = D / 8;  // 16-byte loads per K row
   static constexpr int kDims = D / 32;     // output dims per lane
-  static constexpr int kWarpSmemFloats = kRows * D + kRows * kChunk;
-  static constexpr int kSmemBytes = kWarps * kWarpSmemFloats * 4;
+  static constexpr int kRowLanes = D * static_cast<int>(sizeof(T)) / 16;  // lanes per 16-byte-chunked row
+  // A K row in shared memory, padded by 16 bytes so that 8 lanes reading 8 rows hit 8
+  // different bank groups.
+  static constexpr int kKRow = D + 16 / static_cast<int>(sizeof(T));
+  // A warp's shared memory for items of <= max_rows rows: Q [max_rows][D] fp32, p
+  // [max_rows][kChunk] fp32, then the chunk's K rows [kChunk][kKRow] and V rows [kChunk][D] (T).
+  static constexpr int warp_smem_floats(int max_rows) {
+    return max_rows * D + max_rows * kChunk + kChunk * (kKRow + D) * static_cast<int>(sizeof(T)) / 4;
+  }
+  static constexpr int smem_bytes(int max_rows) { return kWarps * warp_smem_floats(max_rows) * 4; }
   static_assert(D == 64 || D == 128);
 };
 
@@ -117,7 +125,7 @@ __device__ __forceinline__ float softmax_step(float s, float& m, float& l, float
 // MHA decode row does 1/8 of the arithmetic of a GQA group of 8).
 template <class T, int D, int R>
 __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const attn::PlanItem& it, float* sq,
-                                            float* sp, int lane) {
+                                            float* sp, T* sk, T* sv, int lane) {
   using Shape = DecodeShape<T, D>;
   constexpr int DL = Shape::kDims;
   const int group_size = p.q_heads / p.kv_heads;
@@ -128,17 +136,18 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   const T* kp = static_cast<const T*>(p.k_pool);
   const T* vp = static_cast<const T*>(p.v_pool);
 
-  // Element offset in the pools of this lane's key of the chunk at `first` in piece pc (its
-  // page looked up), 0 past the piece's keys.
-  auto key_offset = [&](const attn::PlanPiece& pc, int first) {
-    std::int64_t off = 0;
+  // Pool token slot of this lane's key of the chunk at `first` in piece pc (its page looked
+  // up), 0 past the piece's keys. 32 bits, as in shared_attention.cuh: a pool of 2^31 token
+  // slots would hold 2^31 * Hkv * D * 2 bytes per K. Shuffled as 32 bits (the V copies below).
+  auto key_slot = [&](const attn::PlanPiece& pc, int first) {
+    int slot = 0;
     if (lane < pc.tokens - first) {
       const int tok = pc.token_begin + first + lane;
-      const std::int64_t page = __ldg(p.pages + pc.page_offset + (tok >> p.page_shift));
-      off = (((page << p.page_shift) + (tok & (p.page_size - 1))) * p.kv_heads + it.kv_head) * D;
+      slot = (__ldg(p.pages + pc.page_offset + (tok >> p.page_shift)) << p.page_shift) + (tok & (p.page_size - 1));
     }
-    return off;
+    return slot;
   };
+  auto slot_offset = [&](int slot) { return (std::int64_t{slot} * p.kv_heads + it.kv_head) * D; };
   // One row merging with one shared state (MHA decode: no split, one stacked column): fetch
   // the merge group and that state now so their latency overlaps the K/V chain below. (Only
   // for R = 1: for R >= 2 the live registers through the loop made the wide kernel spill more.)
@@ -195,43 +204,54 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   // while this one computes, so a chunk costs the K and V round trips only.
   const int chunks = it.piece_count * 2;
   attn::PlanPiece next_piece{0, 0, 0, 0};
-  std::int64_t next_off = 0;
+  int next_slot = 0;
   if (chunks > 0) {
     next_piece = p.pieces[it.piece_begin];
-    next_off = key_offset(next_piece, 0);
+    next_slot = key_slot(next_piece, 0);
   }
   for (int ci = 0; ci < chunks; ++ci) {
     const attn::PlanPiece piece = next_piece;
-    const std::int64_t row_off = next_off;  // element offset of this lane's key in the pools
+    const int slot = next_slot;  // this lane's key's token slot in the pools
     const int first = (ci & 1) * Shape::kChunk;
     const int count = min(piece.tokens - first, Shape::kChunk);  // valid keys in this chunk
     const bool valid = lane < count;
     if (count <= 0) {  // the empty second half of a short piece
       if (ci + 1 < chunks) {
         next_piece = p.pieces[it.piece_begin + (ci + 1) / 2];
-        next_off = key_offset(next_piece, 0);
+        next_slot = key_slot(next_piece, 0);
       }
       continue;
     }
-    // Scores: this lane's key against every row.
-    float s[R];
+    // The chunk's K and V rows -> sk, sv with cp.async, kRowLanes lanes per row (coalesced;
+    // one lane per key made each load touch 32 rows), one memory round trip per chunk
+    // (perf-notes v9-suffix). The next chunk's page lookups go out behind them.
+    {
+      constexpr int kRowsPerStep = 32 / Shape::kRowLanes;
+      const int sub = (lane % Shape::kRowLanes) * 8;
 #pragma unroll
-    for (int r = 0; r < R; ++r) s[r] = 0.f;
-    uint4 kr[Shape::kKeyLoads];
-    if (valid) {
-      const uint4* ksrc = reinterpret_cast<const uint4*>(kp + row_off);
-#pragma unroll
-      for (int c = 0; c < Shape::kKeyLoads; ++c) kr[c] = __ldg(ksrc + c);
+      for (int i = 0; i < Shape::kChunk / kRowsPerStep; ++i) {
+        const int key = i * kRowsPerStep + lane / Shape::kRowLanes;
+        const std::int64_t off = slot_offset(__shfl_sync(0xffffffffu, slot, key)) + sub;  // slot 0 past the keys
+        ptx::cp_async_16(sk + key * Shape::kKRow + sub, kp + off, key < count);
+        ptx::cp_async_16(sv + key * D + sub, vp + off, key < count);
+      }
+      ptx::cp_async_commit();
     }
     if (ci + 1 < chunks) {
       if ((ci & 1) == 1) next_piece = p.pieces[it.piece_begin + (ci + 1) / 2];
-      next_off = key_offset(next_piece, ((ci + 1) & 1) * Shape::kChunk);
+      next_slot = key_slot(next_piece, ((ci + 1) & 1) * Shape::kChunk);
     }
+    ptx::cp_async_wait<0>();  // this lane's copies; the barrier makes every lane's visible
+    __syncwarp();
+    // Scores: this lane's key (its padded row of sk: conflict-free) against every row.
+    float s[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) s[r] = 0.f;
     if (valid) {
 #pragma unroll
       for (int c = 0; c < Shape::kKeyLoads; ++c) {
         float k[8];
-        unpack8<T>(kr[c], k);
+        unpack8<T>(*reinterpret_cast<const uint4*>(sk + lane * Shape::kKRow + c * 8), k);
 #pragma unroll
         for (int r = 0; r < R; ++r) s[r] = dot8(sq + r * D + c * 8, k, s[r]);
       }
@@ -243,13 +263,12 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
       sp[r * Shape::kChunk + lane] = softmax_step<DL>(s[r], m[r], l[r], acc[r]);
     }
     __syncwarp();
-    // o += p V: this lane's DL dims of each of the chunk's keys (uniform loop bound). Unrolled
-    // by 8; batches of 16 or 32 loads in flight lost 1.1-2x on the H200 (perf-notes v7-suffix).
+    // o += p V: this lane's DL dims of each of the chunk's keys (uniform loop bound), V from
+    // shared memory (conflict-free: the warp reads one contiguous row per key).
 #pragma unroll 8
     for (int j = 0; j < count; ++j) {
-      const std::int64_t off = __shfl_sync(0xffffffffu, row_off, j);
       float v[DL];
-      unpack_v<T, DL>(__ldg(reinterpret_cast<const VWord<DL>*>(vp + off + lane * DL)), v);
+      unpack_v<T, DL>(*reinterpret_cast<const VWord<DL>*>(sv + j * D + lane * DL), v);
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const float pr = sp[r * Shape::kChunk + j];
@@ -257,7 +276,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
         for (int i = 0; i < DL; ++i) acc[r][i] = fmaf(pr, v[i], acc[r][i]);
       }
     }
-    __syncwarp();  // sp is rewritten by the next chunk
+    __syncwarp();  // sp, sk and sv are rewritten by the next chunk
   }
 
   // Row sums; (o / l, lse) per row.
@@ -373,30 +392,31 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   }
 }
 
-// MinBlocks: 3 for the general kernel (168 registers); 5 for the narrow one the runner picks
-// when every item has one row (MHA decode): <= 102 registers, 20 warps per SM for the short
-// items' latency chains (16 warps at 128 registers, no spills, lost 1-17% on the H200). MaxRows:
-// the widest item the kernel serves (8, or 1 for the narrow one: compiling the wider paths into
-// it made its allocation spill 1420 instead of 236 bytes). One warp per item; blocks past the
-// plan's item count exit at once.
+// MinBlocks: what shared memory allows -- 2 for the general kernel (88 KB per block), 3 for the
+// narrow one the runner picks when every item has one row (MHA decode; 70 KB per block).
+// MaxRows: the widest item the kernel serves (8, or 1 for the narrow one: its Q and p slices
+// are 8x smaller, and the wider paths compiled into it made it spill). One warp per item;
+// blocks past the plan's item count exit at once.
 template <class T, int D, int MinBlocks = 3, int MaxRows = 8>
 __global__ void __launch_bounds__(DecodeShape<T, D>::kThreads, MinBlocks) decode_attention_kernel(const PagedAttentionParams p) {
   using Shape = DecodeShape<T, D>;
   static_assert(MaxRows == 1 || MaxRows == 8);
   extern __shared__ __align__(16) unsigned char smem[];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  float* sq = reinterpret_cast<float*>(smem) + warp * Shape::kWarpSmemFloats;  // [kRows][D]
-  float* sp = sq + Shape::kRows * D;                                           // [kRows][kChunk]
+  float* sq = reinterpret_cast<float*>(smem) + warp * Shape::warp_smem_floats(MaxRows);  // [MaxRows][D]
+  float* sp = sq + MaxRows * D;                                                         // [MaxRows][kChunk]
+  T* sk = reinterpret_cast<T*>(sp + MaxRows * Shape::kChunk);                           // [kChunk][kKRow]
+  T* sv = sk + Shape::kChunk * Shape::kKRow;                                            // [kChunk][D]
   const int item_index = blockIdx.x * Shape::kWarps + warp;
   if (item_index >= *p.item_count) return;
   const attn::PlanItem it = p.items[item_index];
   if constexpr (MaxRows == 1) {  // the runner's choice guarantees row_count <= 1 here
-    decode_item<T, D, 1>(p, it, sq, sp, lane);
+    decode_item<T, D, 1>(p, it, sq, sp, sk, sv, lane);
   } else {
-    if (it.row_count <= 1) decode_item<T, D, 1>(p, it, sq, sp, lane);
-    else if (it.row_count <= 2) decode_item<T, D, 2>(p, it, sq, sp, lane);
-    else if (it.row_count <= 4) decode_item<T, D, 4>(p, it, sq, sp, lane);
-    else decode_item<T, D, 8>(p, it, sq, sp, lane);
+    if (it.row_count <= 1) decode_item<T, D, 1>(p, it, sq, sp, sk, sv, lane);
+    else if (it.row_count <= 2) decode_item<T, D, 2>(p, it, sq, sp, sk, sv, lane);
+    else if (it.row_count <= 4) decode_item<T, D, 4>(p, it, sq, sp, sk, sv, lane);
+    else decode_item<T, D, 8>(p, it, sq, sp, sk, sv, lane);
   }
 }
 

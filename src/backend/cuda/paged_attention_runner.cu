@@ -39,15 +39,16 @@ int prepare() {
 template <class T, int D, int MinBlocks, int MaxRows>
 void launch_decode(const PagedAttentionParams& p, int grid, cudaStream_t stream) {
   using Shape = DecodeShape<T, D>;
-  decode_attention_kernel<T, D, MinBlocks, MaxRows><<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(p);
+  decode_attention_kernel<T, D, MinBlocks, MaxRows><<<grid, Shape::kThreads, Shape::smem_bytes(MaxRows), stream>>>(p);
 }
 template <class T, int D, int MinBlocks, int MaxRows>
 int prepare_decode() {
   using Shape = DecodeShape<T, D>;
   auto kernel = decode_attention_kernel<T, D, MinBlocks, MaxRows>;
-  HG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes));
+  constexpr int bytes = Shape::smem_bytes(MaxRows);
+  HG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   int blocks = 0;
-  HG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, Shape::kThreads, Shape::kSmemBytes));
+  HG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, Shape::kThreads, bytes));
   HG_CHECK(blocks > 0, "paged attention: the decode kernel does not fit on this device");
   return blocks;
 }
@@ -88,7 +89,7 @@ struct KernelPair {
   int shared_blocks_per_sm, suffix_blocks_per_sm;
   LaunchFn decode = nullptr;  // the suffix launch when set
   int decode_blocks_per_sm = 0;
-  LaunchFn decode_narrow = nullptr;  // the decode kernel at <= 102 registers, one-row items only
+  LaunchFn decode_narrow = nullptr;  // the decode kernel for one-row items only (3 blocks per SM)
   bool shared_wgmma = false;  // the shared launch is shared_attention.cuh's kernel
 };
 
@@ -116,9 +117,9 @@ KernelPair kernels_for(int shared_tile_rows) {
                      ? KernelPair{launch<T, D, 8, 1>, launch<T, D, 1, 4>, prepare<T, D, 8, 1>(), prepare<T, D, 1, 4>()}
                      : KernelPair{launch<T, D, 4, 1>, launch<T, D, 1, 4>, prepare<T, D, 4, 1>(), prepare<T, D, 1, 4>()};
   use_wgmma_shared<T, D>(k, shared_tile_rows);
-  k.decode = launch_decode<T, D, 3, 8>, k.decode_blocks_per_sm = prepare_decode<T, D, 3, 8>();
-  k.decode_narrow = launch_decode<T, D, 5, 1>;
-  prepare_decode<T, D, 5, 1>();
+  k.decode = launch_decode<T, D, 2, 8>, k.decode_blocks_per_sm = prepare_decode<T, D, 2, 8>();
+  k.decode_narrow = launch_decode<T, D, 3, 1>;
+  prepare_decode<T, D, 3, 1>();
   return k;
 }
 
