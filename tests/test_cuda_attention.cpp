@@ -405,23 +405,6 @@ TEST(CudaDispatch, SuffixKernelRulePerItemAndPerMergeGroup) {
 #endif
 }
 
-// HYDRAGEN_SUFFIX_MIN_SPLIT (an A/B knob) reaches the plan options; a bad value is a clear
-// error. Plans with 32-key suffix splits are checked against float64 in the random tests.
-TEST(CudaAttention, SuffixMinSplitKnobReachesThePlanOptions) {
-  SKIP_WITHOUT_GPU();
-#ifdef HYDRAGEN_WITH_CUDA
-  EXPECT_EQ(cuda::plan_options_for_device(DType::bf16, 128, AttentionMode::hydragen, true).suffix_min_split_tokens,
-            attn::kMinSuffixSplitTokens);
-  {
-    const ScopedEnv env("HYDRAGEN_SUFFIX_MIN_SPLIT", "32");
-    EXPECT_EQ(cuda::plan_options_for_device(DType::bf16, 128, AttentionMode::hydragen, true).suffix_min_split_tokens,
-              32);
-  }
-  const ScopedEnv bad("HYDRAGEN_SUFFIX_MIN_SPLIT", "zero");
-  EXPECT_THROW(cuda::plan_options_for_device(DType::bf16, 128, AttentionMode::hydragen, true), Error);
-#endif
-}
-
 TEST(CudaAttention, UnsupportedHeadDimIsAClearError) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA

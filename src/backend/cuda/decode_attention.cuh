@@ -228,8 +228,9 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
     {
       constexpr int kRowsPerStep = 32 / Shape::kRowLanes;
       const int sub = (lane % Shape::kRowLanes) * 8;
-#pragma unroll
-      for (int i = 0; i < Shape::kChunk / kRowsPerStep; ++i) {
+      const int steps = (count + kRowsPerStep - 1) / kRowsPerStep;  // the chunk's rows only (1 for a one-key suffix)
+#pragma unroll 4
+      for (int i = 0; i < steps; ++i) {
         const int key = i * kRowsPerStep + lane / Shape::kRowLanes;
         const std::int64_t off = slot_offset(__shfl_sync(0xffffffffu, slot, key)) + sub;  // slot 0 past the keys
         ptx::cp_async_16(sk + key * Shape::kKRow + sub, kp + off, key < count);

@@ -172,16 +172,8 @@ attn::PlanOptions plan_options_for_device(DType dtype, int head_dim, AttentionMo
   const int sms = multiprocessors();
   options.shared_slots = sms * k.shared_blocks_per_sm;
   options.suffix_slots = k.decode ? sms * k.decode_blocks_per_sm * kDecodeItemsPerBlock : sms * k.suffix_blocks_per_sm;
-  // A/B (docs/perf-notes.md v8-ssplit, not yet run): shorter suffix splits, so that few long
-  // chains of 8-row chunks (8/1 at small batch) become more, shorter ones.
-  if (const char* env = std::getenv("HYDRAGEN_SUFFIX_MIN_SPLIT")) {
-    options.suffix_min_split_tokens = std::atoll(env);
-    HG_CHECK(options.suffix_min_split_tokens >= 1, "HYDRAGEN_SUFFIX_MIN_SPLIT must be a positive number of keys, got '",
-             env, "'");
-  }
   return options;
 }
-
 
 PlanCapacity PlanCapacity::of(const attn::AttentionPlan& plan) {
   return {static_cast<std::int64_t>(plan.pages.size()), static_cast<std::int64_t>(plan.pieces.size()),
