@@ -10,6 +10,7 @@
 #include "backend/cuda/decode_attention.cuh"
 #include "backend/cuda/paged_attention.cuh"
 #include "backend/cuda/shared_attention.cuh"
+#include "backend/cuda/shared_attention_ws.cuh"
 
 namespace hydragen::cuda {
 namespace {
@@ -101,6 +102,13 @@ void use_wgmma_shared(KernelPair& k, int shared_tile_rows) {
   if constexpr (D == 128) {
     const char* env = std::getenv("HYDRAGEN_SHARED_KERNEL");
     if (env != nullptr && std::string(env) == "mma") return;
+    // The warp-specialized kernel (shared_attention_ws.cuh, 128-row tiles), opt-in for its A/B.
+    if (env != nullptr && std::string(env) == "ws" && shared_tile_rows == 128) {
+      const int blocks = prepare_shared_ws<T>();
+      HG_CHECK(blocks > 0, "HYDRAGEN_SHARED_KERNEL=ws: this build or device has no sm_90a code for it");
+      k.shared = launch_shared_ws<T>, k.shared_blocks_per_sm = blocks, k.shared_wgmma = true;
+      return;
+    }
     const int blocks = shared_tile_rows == 128 ? prepare_shared_wgmma<T, 2>() : prepare_shared_wgmma<T, 1>();
     HG_CHECK(blocks > 0 || env == nullptr || std::string(env) != "wgmma",
              "HYDRAGEN_SHARED_KERNEL=wgmma: this build or device has no sm_90a code for it");

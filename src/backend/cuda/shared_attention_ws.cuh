@@ -1,0 +1,346 @@
+// The shared-segment attention kernel, warp-specialized (v10, sm_90a; docs/perf-notes.md v10).
+//
+// Same items, operands and results as shared_attention.cuh's kernel (one item = a range of a
+// stacked segment's pieces, a kv head and a tile of 128 stacked query rows; its (o / l, lse)
+// goes to its column of the partial-state buffer), organised the way FlashAttention-3 is:
+//   - one block of 3 warpgroups per SM. Warpgroup 0 is the producer: it reads the page table
+//     and copies K and V into a ring of kStages stages with cp.async, 128 keys (two plan
+//     pieces) per stage, and needs few registers (setmaxnreg down to kProducerRegs).
+//     Warpgroups 1 and 2 are the consumers, 64 query rows each, at kConsumerRegs registers.
+//   - per stage two mbarriers: `full` (the producer's 128 threads arrive when their copies of
+//     the stage have landed: cp.async.wait_group, then fence.proxy.async so the tensor cores
+//     see them, then a release arrive) and `empty` (each consumer warp's lane 0 arrives once
+//     its warpgroup's wgmmas that read the stage are complete). No block-wide barrier in the
+//     loop: the producer runs up to kStages blocks ahead, across items.
+//   - per 128-key block b a consumer issues S(b) = Q K(b)^T (m64n128k16, 8 k-steps) and then
+//     O += P(b-1) V(b-1) (m64n128k16, P from registers, 8 k-steps), waits for S(b) only, runs
+//     the online softmax of S(b) while P.V(b-1) is still on the tensor cores, then waits for
+//     P.V(b-1), releases stage b-1, rescales O and packs P(b).
+// Masking, the exp2-domain softmax, the row layout of the accumulators and the epilogue are
+// shared_attention.cuh's. head_dim 128, bf16 or fp16.
+//
+// Shared memory (1024-byte aligned, 128B swizzle as in shared_attention.cuh):
+//   Q: [2 halves][128 rows][128 B] (consumer c owns rows 64c..64c+63, written by itself)
+//   stage s (kStages): K [2 halves][128 keys][128 B], then V the same
+//   mbarriers: full[kStages], empty[kStages]
+#pragma once
+
+#include <cstdint>
+
+#include "attn/paged_plan.h"
+#include "backend/cuda/attention_state.cuh"
+#include "backend/cuda/mma.cuh"
+#include "backend/cuda/paged_attention.cuh"
+#include "backend/cuda/shared_attention.cuh"
+#include "backend/cuda/wgmma.cuh"
+
+namespace hydragen::cuda {
+
+template <class T>
+struct WsSharedTile {
+  static constexpr int D = 128;
+  static constexpr int kRows = 128;              // query rows per item: 64 per consumer
+  static constexpr int kKeys = 2 * attn::kBlockTokens;  // keys per stage: two plan pieces
+  static constexpr int kThreads = 384;           // producer + 2 consumer warpgroups
+  static constexpr int kStages = 3;
+  static constexpr int kQHalf = kRows * 128;
+  static constexpr int kKvHalf = kKeys * 128;
+  static constexpr int kKvBytes = 2 * kKvHalf;   // K (or V) of one stage
+  static constexpr int kStageBytes = 2 * kKvBytes;
+  static constexpr int kBarrierOffset = 2 * kQHalf + kStages * kStageBytes;
+  static constexpr int kSmemBytes = kBarrierOffset + 2 * kStages * 8 + 1024;  // + alignment slack
+  static constexpr int kProducerRegs = 56;
+  static constexpr int kConsumerRegs = 224;      // 128 * 56 + 256 * 224 = 64512 <= 65536
+  static_assert(attn::kBlockTokens == 64, "a stage holds two 64-key pieces");
+};
+
+template <class T>
+__device__ __forceinline__ void wgmma_s128(float (&d)[64], std::uint64_t a, std::uint64_t b) {
+#if HYDRAGEN_WGMMA
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) wgmma::wgmma_m64n128k16_ss_bf16(d, a, b);
+  else wgmma::wgmma_m64n128k16_ss_f16(d, a, b);
+#endif
+}
+
+template <class T>
+__global__ void __launch_bounds__(384, 1) shared_attention_ws_kernel(const PagedAttentionParams p) {
+#if HYDRAGEN_WGMMA
+  using Tile = WsSharedTile<T>;
+  constexpr int D = Tile::D;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
+  unsigned char* sq = smem;
+  unsigned char* skv = smem + 2 * Tile::kQHalf;
+  const std::uint32_t sq_addr = ptx::smem_addr(sq), skv_addr = ptx::smem_addr(skv);
+  const std::uint32_t full_addr = ptx::smem_addr(smem + Tile::kBarrierOffset);
+  const std::uint32_t empty_addr = full_addr + Tile::kStages * 8;
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = warp / 4;
+  if (tid == 0) {
+    for (int s = 0; s < Tile::kStages; ++s) {
+      wgmma::mbar_init(full_addr + 8 * s, 128);  // every producer thread
+      wgmma::mbar_init(empty_addr + 8 * s, 8);   // lane 0 of every consumer warp
+    }
+  }
+  __syncthreads();
+  const int group_size = p.q_heads / p.kv_heads;
+  const int item_count = *p.item_count;
+
+  if (wg == 0) {
+    // ---------------------------------------------------------------- producer
+    wgmma::setmaxnreg_dec<Tile::kProducerRegs>();
+    const T* kp = static_cast<const T*>(p.k_pool);
+    const T* vp = static_cast<const T*>(p.v_pool);
+    const int c = tid % 16;        // this thread's 16-byte chunk of every key row it copies
+    const int key0 = tid / 16;     // its keys of a piece: key0 + 8 i, i < 8
+    int issued = 0, pending_stage = -1;
+    for (int item_index = blockIdx.x; item_index < item_count; item_index += gridDim.x) {
+      const attn::PlanItem it = p.items[item_index];
+      for (int pi = 0; pi < it.piece_count; pi += 2) {
+        // Page lookups first (global loads), then wait for the stage to be free.
+        int slot[2][8];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          attn::PlanPiece piece{0, 0, 0, 0};
+          if (pi + h < it.piece_count) piece = p.pieces[it.piece_begin + pi + h];
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            const int key = key0 + 8 * i, tok = piece.token_begin + key;
+            slot[h][i] = key < piece.tokens ? (__ldg(p.pages + piece.page_offset + (tok >> p.page_shift)) << p.page_shift) +
+                                                  (tok & (p.page_size - 1))
+                                            : -1;
+          }
+        }
+        const int stage = issued % Tile::kStages;
+        wgmma::mbar_wait(empty_addr + 8 * stage, ((issued / Tile::kStages) & 1) ^ 1);
+        unsigned char* sk = skv + stage * Tile::kStageBytes;
+        unsigned char* sv = sk + Tile::kKvBytes;
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            const bool valid = slot[h][i] >= 0;  // zero-filled past the piece: P = 0 meets V = 0
+            const std::int64_t off = valid ? (std::int64_t{slot[h][i]} * p.kv_heads + it.kv_head) * D + c * 8 : 0;
+            const int o = swizzled_offset(64 * h + key0 + 8 * i, c, Tile::kKvHalf);
+            ptx::cp_async_16(sk + o, kp + off, valid);
+            ptx::cp_async_16(sv + o, vp + off, valid);
+          }
+        ptx::cp_async_commit();
+        // The stage before this one is complete once at most this stage's group is in flight.
+        if (pending_stage >= 0) {
+          ptx::cp_async_wait<1>();
+          wgmma::fence_proxy_async();
+          wgmma::mbar_arrive(full_addr + 8 * pending_stage);
+        }
+        pending_stage = stage;
+        ++issued;
+      }
+    }
+    if (pending_stage >= 0) {
+      ptx::cp_async_wait<0>();
+      wgmma::fence_proxy_async();
+      wgmma::mbar_arrive(full_addr + 8 * pending_stage);
+    }
+    return;
+  }
+
+  // ------------------------------------------------------------------ consumers
+  wgmma::setmaxnreg_inc<Tile::kConsumerRegs>();
+  const int cw = wg - 1;                                  // consumer 0 or 1: rows 64 cw ..
+  const int ctid = tid - 128 * wg;                        // 0..127 within the warpgroup
+  const int r0 = cw * 64 + (warp % 4) * 16 + lane / 4;    // this thread's rows: r0 and r0 + 8
+  int consumed = 0;
+  for (int item_index = blockIdx.x; item_index < item_count; item_index += gridDim.x) {
+    const attn::PlanItem it = p.items[item_index];
+    // Q rows of this consumer (the last item's wgmmas that read them are complete: waited
+    // before its epilogue; the barrier orders every thread's wait before these stores).
+    wgmma::named_barrier(1 + cw, 128);
+    for (int id = ctid; id < 64 * 16; id += 128) {
+      const int r = cw * 64 + id / 16, c = id % 16;
+      uint4 val = make_uint4(0, 0, 0, 0);
+      if (r < it.row_count) {
+        const attn::PlanRow row = p.rows[it.row_begin + r];
+        const std::int64_t qi = std::int64_t{row.token} * p.q_heads + it.kv_head * group_size + row.group;
+        val = __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(p.q) + qi * D) + c);
+      }
+      *reinterpret_cast<uint4*>(sq + swizzled_offset(r, c, Tile::kQHalf)) = val;
+    }
+    wgmma::fence_proxy_async();  // st.shared -> the tensor cores' reads
+    wgmma::named_barrier(1 + cw, 128);
+
+    int limit[2];
+    for (int h = 0; h < 2; ++h)
+      limit[h] = r0 + 8 * h < it.row_count ? p.rows[it.row_begin + r0 + 8 * h].key_limit : INT32_MAX;
+    const int min_limit = min(limit[0], limit[1]);
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+    float o[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) o[i] = 0.f;
+    std::uint32_t pk[8][4];  // P of the previous block, packed: the A operand of its P.V
+    float s[64];
+    auto wait_full = [&](attn::PlanPiece (&piece)[2], int pi) {  // -> the stage's K address
+      piece[0] = p.pieces[it.piece_begin + pi];
+      piece[1] = pi + 1 < it.piece_count ? p.pieces[it.piece_begin + pi + 1] : attn::PlanPiece{0, 0, 0, 0};
+      const int stage = consumed % Tile::kStages;
+      wgmma::mbar_wait(full_addr + 8 * stage, (consumed / Tile::kStages) & 1);
+      ++consumed;
+      return stage;
+    };
+    auto issue_s = [&](int stage) {  // S = Q K^T, committed as one group
+      const std::uint32_t k_addr = skv_addr + stage * Tile::kStageBytes;
+#pragma unroll
+      for (int i = 0; i < 64; ++i) s[i] = 0.f;
+      wgmma::fence_operands(s);
+      wgmma::fence_operands(o);
+      wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const std::uint64_t a = wgmma::desc(sq_addr + (kk >> 2) * Tile::kQHalf + cw * 64 * 128 + (kk & 3) * 32, 16, 1024);
+        const std::uint64_t b = wgmma::desc(k_addr + (kk >> 2) * Tile::kKvHalf + (kk & 3) * 32, 16, 1024);
+        wgmma_s128<T>(s, a, b);
+      }
+      wgmma::commit();
+    };
+    auto issue_pv = [&](int stage) {  // O += P V of a stage, committed as one group
+      const std::uint32_t v_addr = skv_addr + stage * Tile::kStageBytes + Tile::kKvBytes;
+#pragma unroll
+      for (int j = 0; j < Tile::kKeys / 16; ++j) wgmma_o<T>(o, pk[j], wgmma::desc(v_addr + j * 16 * 128, Tile::kKvHalf, 1024));
+      wgmma::commit();
+    };
+    auto keep_pk = [&] {  // pk stays allocated until its P.V is waited for
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(pk[j][e])::"memory");
+    };
+    // Mask (past a piece, or causal) only where needed; online softmax of s, scale folded in.
+    auto softmax = [&](const attn::PlanPiece (&piece)[2], float (&alpha)[2]) {
+      if (piece[0].tokens < 64 || piece[1].tokens < 64 || piece[0].position + 64 > min_limit ||
+          piece[1].position + 64 > min_limit) {
+#pragma unroll
+        for (int nt = 0; nt < 16; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = nt / 8, key = (nt % 8) * 8 + (lane % 4) * 2 + (e & 1);
+            if (!(key < piece[h].tokens && piece[h].position + key < limit[e / 2])) s[nt * 4 + e] = -INFINITY;
+          }
+      }
+      float mx[2] = {-INFINITY, -INFINITY}, base[2];
+#pragma unroll
+      for (int i = 0; i < 64; ++i) mx[(i / 2) % 2] = fmaxf(mx[(i / 2) % 2], s[i]);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+        const float mn = fmaxf(m[h], mx[h] * p.scale_log2);
+        base[h] = mn == -INFINITY ? 0.f : mn;  // all masked so far: keep exp2 finite
+        alpha[h] = exp2f(m[h] - base[h]);
+        m[h] = mn;
+        l[h] *= alpha[h];
+      }
+#pragma unroll
+      for (int i = 0; i < 64; ++i) {
+        const int h = (i / 2) % 2;
+        s[i] = exp2f(fmaf(s[i], p.scale_log2, -base[h]));
+        l[h] += s[i];
+      }
+    };
+    auto pack_p = [&] {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        pk[j][0] = ptx::pack2<T>(s[8 * j + 0], s[8 * j + 1]);
+        pk[j][1] = ptx::pack2<T>(s[8 * j + 2], s[8 * j + 3]);
+        pk[j][2] = ptx::pack2<T>(s[8 * j + 4], s[8 * j + 5]);
+        pk[j][3] = ptx::pack2<T>(s[8 * j + 6], s[8 * j + 7]);
+      }
+    };
+
+    if (it.piece_count > 0) {
+      // Block 0: S, softmax (o is still 0), P.
+      attn::PlanPiece piece[2];
+      float alpha[2];
+      int prev_stage = wait_full(piece, 0);
+      issue_s(prev_stage);
+      wgmma::wait<0>();
+      wgmma::fence_operands(s);
+      softmax(piece, alpha);
+      pack_p();
+      // Block b: S(b) and P.V(b - 1) issued; S(b) waited; its softmax under P.V(b - 1).
+      for (int pi = 2; pi < it.piece_count; pi += 2) {
+        const int stage = wait_full(piece, pi);
+        issue_s(stage);
+        issue_pv(prev_stage);
+        wgmma::wait<1>();
+        wgmma::fence_operands(s);
+        softmax(piece, alpha);
+        wgmma::wait<0>();  // P.V(b - 1): o and pk are free, its stage is read
+        wgmma::fence_operands(o);
+        keep_pk();
+        if (lane == 0) wgmma::mbar_arrive(empty_addr + 8 * prev_stage);
+#pragma unroll
+        for (int i = 0; i < 64; ++i) o[i] *= alpha[(i / 2) % 2];
+        pack_p();
+        prev_stage = stage;
+      }
+      // The last block's P.V.
+      wgmma::fence_operands(o);
+      wgmma::fence();
+      issue_pv(prev_stage);
+      wgmma::wait<0>();
+      wgmma::fence_operands(o);
+      keep_pk();
+      if (lane == 0) wgmma::mbar_arrive(empty_addr + 8 * prev_stage);
+    }
+
+    // (o / l, lse) of this thread's two rows straight from registers.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+      const int r = r0 + 8 * h;
+      if (r < it.row_count) {
+        const attn::PlanRow row = p.rows[it.row_begin + r];
+        const std::int64_t e =
+            row.state_base + std::int64_t{it.column} * row.state_stride + it.kv_head * group_size + row.group;
+        const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
+        float* dst = p.states.o + e * D + (lane % 4) * 2;
+#pragma unroll
+        for (int i = 0; i < 16; ++i)
+          *reinterpret_cast<float2*>(dst + i * 8) = make_float2(o[i * 4 + 2 * h] * inv, o[i * 4 + 2 * h + 1] * inv);
+        if (lane % 4 == 0) p.states.lse[e] = l[h] > 0.f ? (m[h] + __log2f(l[h])) * 0.69314718056f : -INFINITY;
+      }
+    }
+  }
+#endif
+}
+
+// Host side: raise the shared-memory limit once; resident blocks per SM (1), or 0 when this
+// build or device has no sm_90a code for the kernel.
+template <class T>
+int prepare_shared_ws() {
+  using Tile = WsSharedTile<T>;
+  auto kernel = shared_attention_ws_kernel<T>;
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess || attr.binaryVersion != 90) {
+    cudaGetLastError();
+    return 0;
+  }
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  int blocks = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, Tile::kThreads, Tile::kSmemBytes) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return blocks;
+}
+
+template <class T>
+void launch_shared_ws(const PagedAttentionParams& p, int grid, cudaStream_t stream) {
+  using Tile = WsSharedTile<T>;
+  shared_attention_ws_kernel<T><<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
+}
+
+}  // namespace hydragen::cuda
