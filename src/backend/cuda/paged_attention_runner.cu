@@ -103,10 +103,12 @@ void use_wgmma_shared(KernelPair& k, int shared_tile_rows) {
     const char* env = std::getenv("HYDRAGEN_SHARED_KERNEL");
     if (env != nullptr && std::string(env) == "mma") return;
     // The warp-specialized kernel (shared_attention_ws.cuh, 128-row tiles), opt-in for its A/B.
-    if (env != nullptr && std::string(env) == "ws" && shared_tile_rows == 128) {
-      const int blocks = prepare_shared_ws<T>();
-      HG_CHECK(blocks > 0, "HYDRAGEN_SHARED_KERNEL=ws: this build or device has no sm_90a code for it");
-      k.shared = launch_shared_ws<T>, k.shared_blocks_per_sm = blocks, k.shared_wgmma = true;
+    const bool ws = env != nullptr && std::string(env) == "ws", ws_pp = env != nullptr && std::string(env) == "ws-pp";
+    if ((ws || ws_pp) && shared_tile_rows == 128) {
+      const int blocks = ws ? prepare_shared_ws<T, false>() : prepare_shared_ws<T, true>();
+      HG_CHECK(blocks > 0, "HYDRAGEN_SHARED_KERNEL=", env, ": this build or device has no sm_90a code for it");
+      k.shared = ws ? launch_shared_ws<T, false> : launch_shared_ws<T, true>;
+      k.shared_blocks_per_sm = blocks, k.shared_wgmma = true;
       return;
     }
     const int blocks = shared_tile_rows == 128 ? prepare_shared_wgmma<T, 2>() : prepare_shared_wgmma<T, 1>();

@@ -7,9 +7,9 @@
 //     and copies K and V into a ring of kStages stages with cp.async, 128 keys (two plan
 //     pieces) per stage, and needs few registers (setmaxnreg down to kProducerRegs).
 //     Warpgroups 1 and 2 are the consumers, 64 query rows each, at kConsumerRegs registers.
-//   - per stage two mbarriers: `full` (the producer's 128 threads arrive when their copies of
-//     the stage have landed: cp.async.wait_group, then fence.proxy.async so the tensor cores
-//     see them, then a release arrive) and `empty` (each consumer warp's lane 0 arrives once
+//   - per stage two mbarriers: `full` (each producer warp's lane 0 arrives once the warp's
+//     copies of the stage have landed: cp.async.wait_group and fence.proxy.async by every lane
+//     so the tensor cores see them, __syncwarp, then a release arrive) and `empty` (each consumer warp's lane 0 arrives once
 //     its warpgroup's wgmmas that read the stage are complete). No block-wide barrier in the
 //     loop: the producer runs up to kStages blocks ahead, across items.
 //   - per 128-key block b a consumer issues S(b) = Q K(b)^T (m64n128k16, 8 k-steps) and then
@@ -49,8 +49,8 @@ struct WsSharedTile {
   static constexpr int kStageBytes = 2 * kKvBytes;
   static constexpr int kBarrierOffset = 2 * kQHalf + kStages * kStageBytes;
   static constexpr int kSmemBytes = kBarrierOffset + 2 * kStages * 8 + 1024;  // + alignment slack
-  static constexpr int kProducerRegs = 56;
-  static constexpr int kConsumerRegs = 224;      // 128 * 56 + 256 * 224 = 64512 <= 65536
+  static constexpr int kProducerRegs = 72;       // two blocks of page lookups in flight
+  static constexpr int kConsumerRegs = 216;      // 128 * 72 + 256 * 216 = 64512 <= 65536
   static_assert(attn::kBlockTokens == 64, "a stage holds two 64-key pieces");
 };
 
@@ -62,7 +62,9 @@ __device__ __forceinline__ void wgmma_s128(float (&d)[64], std::uint64_t a, std:
 #endif
 }
 
-template <class T>
+// PingPong: the two consumers take turns issuing their wgmmas (named barriers 3 and 4), so one
+// consumer's softmax runs while the other's products use the tensor cores.
+template <class T, bool PingPong>
 __global__ void __launch_bounds__(384, 1) shared_attention_ws_kernel(const PagedAttentionParams p) {
 #if HYDRAGEN_WGMMA
   using Tile = WsSharedTile<T>;
@@ -78,7 +80,7 @@ __global__ void __launch_bounds__(384, 1) shared_attention_ws_kernel(const Paged
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = warp / 4;
   if (tid == 0) {
     for (int s = 0; s < Tile::kStages; ++s) {
-      wgmma::mbar_init(full_addr + 8 * s, 128);  // every producer thread
+      wgmma::mbar_init(full_addr + 8 * s, 4);    // lane 0 of every producer warp
       wgmma::mbar_init(empty_addr + 8 * s, 8);   // lane 0 of every consumer warp
     }
   }
@@ -94,23 +96,45 @@ __global__ void __launch_bounds__(384, 1) shared_attention_ws_kernel(const Paged
     const int c = tid % 16;        // this thread's 16-byte chunk of every key row it copies
     const int key0 = tid / 16;     // its keys of a piece: key0 + 8 i, i < 8
     int issued = 0, pending_stage = -1;
+    // Pieces of block pi / 2 (tokens 0 past the item's pieces).
+    auto load_pieces = [&](const attn::PlanItem& it, int pi, attn::PlanPiece (&pc)[2]) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        pc[h] = pi + h < it.piece_count ? p.pieces[it.piece_begin + pi + h] : attn::PlanPiece{0, 0, 0, 0};
+    };
+    // Pool token slots of this thread's keys of a block (page-table loads; -1 past a piece).
+    auto lookup = [&](const attn::PlanPiece (&pc)[2], int (&slot)[2][8]) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const int key = key0 + 8 * i, tok = pc[h].token_begin + key;
+          slot[h][i] = key < pc[h].tokens ? (__ldg(p.pages + pc[h].page_offset + (tok >> p.page_shift)) << p.page_shift) +
+                                                (tok & (p.page_size - 1))
+                                          : -1;
+        }
+    };
+    // A stage is full once this warp's copies of it have landed (each lane waited for its own
+    // and made them visible to the tensor cores; __syncwarp orders them before lane 0's arrive).
+    auto arrive_full = [&](int stage) {
+      wgmma::fence_proxy_async();
+      __syncwarp();
+      if (lane == 0) wgmma::mbar_arrive(full_addr + 8 * stage);
+    };
     for (int item_index = blockIdx.x; item_index < item_count; item_index += gridDim.x) {
       const attn::PlanItem it = p.items[item_index];
+      if (it.piece_count == 0) continue;
+      // Two-deep lookahead: block b's slots, block b + 1's pieces. The dependent loads (piece,
+      // then page) of later blocks are in flight while this thread waits for a free stage.
+      attn::PlanPiece pc[2];
+      int slot[2][8];
+      load_pieces(it, 0, pc);
+      lookup(pc, slot);
+      load_pieces(it, 2, pc);
       for (int pi = 0; pi < it.piece_count; pi += 2) {
-        // Page lookups first (global loads), then wait for the stage to be free.
-        int slot[2][8];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          attn::PlanPiece piece{0, 0, 0, 0};
-          if (pi + h < it.piece_count) piece = p.pieces[it.piece_begin + pi + h];
-#pragma unroll
-          for (int i = 0; i < 8; ++i) {
-            const int key = key0 + 8 * i, tok = piece.token_begin + key;
-            slot[h][i] = key < piece.tokens ? (__ldg(p.pages + piece.page_offset + (tok >> p.page_shift)) << p.page_shift) +
-                                                  (tok & (p.page_size - 1))
-                                            : -1;
-          }
-        }
+        int next_slot[2][8];
+        lookup(pc, next_slot);     // block b + 1
+        load_pieces(it, pi + 4, pc);  // block b + 2
         const int stage = issued % Tile::kStages;
         wgmma::mbar_wait(empty_addr + 8 * stage, ((issued / Tile::kStages) & 1) ^ 1);
         unsigned char* sk = skv + stage * Tile::kStageBytes;
@@ -129,17 +153,19 @@ __global__ void __launch_bounds__(384, 1) shared_attention_ws_kernel(const Paged
         // The stage before this one is complete once at most this stage's group is in flight.
         if (pending_stage >= 0) {
           ptx::cp_async_wait<1>();
-          wgmma::fence_proxy_async();
-          wgmma::mbar_arrive(full_addr + 8 * pending_stage);
+          arrive_full(pending_stage);
         }
         pending_stage = stage;
         ++issued;
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int i = 0; i < 8; ++i) slot[h][i] = next_slot[h][i];
       }
     }
     if (pending_stage >= 0) {
       ptx::cp_async_wait<0>();
-      wgmma::fence_proxy_async();
-      wgmma::mbar_arrive(full_addr + 8 * pending_stage);
+      arrive_full(pending_stage);
     }
     return;
   }
@@ -150,6 +176,14 @@ __global__ void __launch_bounds__(384, 1) shared_attention_ws_kernel(const Paged
   const int ctid = tid - 128 * wg;                        // 0..127 within the warpgroup
   const int r0 = cw * 64 + (warp % 4) * 16 + lane / 4;    // this thread's rows: r0 and r0 + 8
   int consumed = 0;
+  // Turns: wait for mine before issuing, hand over after. Consumer 1 hands consumer 0 its first.
+  auto my_turn = [&] {
+    if constexpr (PingPong) wgmma::named_barrier(3 + cw, 256);
+  };
+  auto their_turn = [&] {
+    if constexpr (PingPong) asm volatile("bar.arrive %0, 256;\n" ::"r"(3 + (cw ^ 1)) : "memory");
+  };
+  if (cw == 1) their_turn();
   for (int item_index = blockIdx.x; item_index < item_count; item_index += gridDim.x) {
     const attn::PlanItem it = p.items[item_index];
     // Q rows of this consumer (the last item's wgmmas that read them are complete: waited
@@ -260,7 +294,9 @@ __global__ void __launch_bounds__(384, 1) shared_attention_ws_kernel(const Paged
       attn::PlanPiece piece[2];
       float alpha[2];
       int prev_stage = wait_full(piece, 0);
+      my_turn();
       issue_s(prev_stage);
+      their_turn();
       wgmma::wait<0>();
       wgmma::fence_operands(s);
       softmax(piece, alpha);
@@ -268,8 +304,10 @@ __global__ void __launch_bounds__(384, 1) shared_attention_ws_kernel(const Paged
       // Block b: S(b) and P.V(b - 1) issued; S(b) waited; its softmax under P.V(b - 1).
       for (int pi = 2; pi < it.piece_count; pi += 2) {
         const int stage = wait_full(piece, pi);
+        my_turn();
         issue_s(stage);
         issue_pv(prev_stage);
+        their_turn();
         wgmma::wait<1>();
         wgmma::fence_operands(s);
         softmax(piece, alpha);
@@ -285,7 +323,9 @@ __global__ void __launch_bounds__(384, 1) shared_attention_ws_kernel(const Paged
       // The last block's P.V.
       wgmma::fence_operands(o);
       wgmma::fence();
+      my_turn();
       issue_pv(prev_stage);
+      their_turn();
       wgmma::wait<0>();
       wgmma::fence_operands(o);
       keep_pk();
@@ -316,10 +356,10 @@ __global__ void __launch_bounds__(384, 1) shared_attention_ws_kernel(const Paged
 
 // Host side: raise the shared-memory limit once; resident blocks per SM (1), or 0 when this
 // build or device has no sm_90a code for the kernel.
-template <class T>
+template <class T, bool PingPong>
 int prepare_shared_ws() {
   using Tile = WsSharedTile<T>;
-  auto kernel = shared_attention_ws_kernel<T>;
+  auto kernel = shared_attention_ws_kernel<T, PingPong>;
   cudaFuncAttributes attr{};
   if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess || attr.binaryVersion != 90) {
     cudaGetLastError();
@@ -337,10 +377,10 @@ int prepare_shared_ws() {
   return blocks;
 }
 
-template <class T>
+template <class T, bool PingPong>
 void launch_shared_ws(const PagedAttentionParams& p, int grid, cudaStream_t stream) {
   using Tile = WsSharedTile<T>;
-  shared_attention_ws_kernel<T><<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
+  shared_attention_ws_kernel<T, PingPong><<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
 }
 
 }  // namespace hydragen::cuda
