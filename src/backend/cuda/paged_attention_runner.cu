@@ -259,10 +259,12 @@ void PagedAttentionRunner::upload(const attn::AttentionPlan& plan) {
   Impl& m = *impl_;
   copy_to(m.pages, plan.pages, m.capacity.pages, "pages");
   m.suffix_decode = suffix_runs_decode_kernel(plan);
-  // Narrow (20 warps/SM) when every item has one row and the launch is either short items
-  // (one-key hydragen suffixes: 40/40 B=1024 2K 0.347 -> 0.304 ms) or few items (B=64 MHA
-  // paged 1K/2K/16K 3.2-3.5 -> 3.6-3.9 TB/s); at B=1024 with long items the wide kernel
-  // streams faster (paged 1K 4.78 vs 4.27, dense 3.27 vs 2.75 TB/s). docs/perf-notes.md.
+  // Narrow when every item has one row and the launch is either short items (one-key
+  // hydragen suffixes: 40/40 B=1024 2K 0.347 -> 0.304 ms) or few items (B=64 MHA paged
+  // 1K/2K/16K 3.2-3.5 -> 3.6-3.9 TB/s); at B=1024 with long items the wide kernel streamed
+  // faster (paged 1K 4.78 vs 4.27, dense 3.27 vs 2.75 TB/s). docs/perf-notes.md. Calibrated
+  // when the narrow kernel ran 20 warps per SM and the wide 12; since v9-suffix (K/V staged in
+  // shared memory) they run 12 and 8, and the rule has not been re-measured.
   // HYDRAGEN_DECODE_WIDE / HYDRAGEN_DECODE_NARROW force one (A/B timing, tests of both); the
   // narrow kernel only where every item has one row (it has no wider path).
   {
