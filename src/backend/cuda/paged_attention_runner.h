@@ -39,7 +39,9 @@ bool supported_head_dim(int head_dim);
 // 128 overrides the default).
 // The shared launch's kernel: shared_attention.cuh (wgmma) for head_dim 128 when the build has
 // sm_90a code for the device, else paged_attention.cuh (mma.sync). HYDRAGEN_SHARED_KERNEL=mma
-// forces the mma.sync kernel, =wgmma requires the wgmma one (A/B timing, tests of both). With
+// forces the mma.sync kernel, =wgmma requires the wgmma one (A/B timing, tests of both), =ws and
+// =ws-pp select shared_attention_ws.cuh's warp-specialized kernel (one block per SM, so the
+// plan's splits follow 1 block per SM; -pp: consumers take turns, docs/perf-notes.md v10). With
 // the wgmma kernel plans also split shared work that already fills a wave
 // (PlanOptions::shared_split_past_one_wave); HYDRAGEN_SHARED_WAVES=0/1 overrides that.
 attn::PlanOptions plan_options_for_device(DType dtype, int head_dim, AttentionMode mode, bool causal);
