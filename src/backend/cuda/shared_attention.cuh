@@ -69,11 +69,115 @@ __device__ __forceinline__ void wgmma_s(float (&d)[32], std::uint64_t a, std::ui
 #endif
 }
 template <class T>
+__device__ __forceinline__ void wgmma_s128(float (&d)[64], std::uint64_t a, std::uint64_t b) {
+#if HYDRAGEN_WGMMA
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) wgmma::wgmma_m64n128k16_ss_bf16(d, a, b);
+  else wgmma::wgmma_m64n128k16_ss_f16(d, a, b);
+#endif
+}
+// S += Q K^T over d = 128 in 8 k-steps, for Keys (64 or 128) keys; not committed. q_addr: this
+// warpgroup's 64 rows in a [2 halves][rows][128 B] swizzled array whose halves lie q_half bytes
+// apart; k_addr: [2 halves][Keys][128 B], halves kv_half apart.
+template <class T, int Keys>
+__device__ __forceinline__ void wgmma_qk(float (&s)[Keys / 2], std::uint32_t q_addr, int q_half, std::uint32_t k_addr,
+                                         int kv_half) {
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk) {
+    const std::uint64_t a = wgmma::desc(q_addr + (kk >> 2) * q_half + (kk & 3) * 32, 16, 1024);
+    const std::uint64_t b = wgmma::desc(k_addr + (kk >> 2) * kv_half + (kk & 3) * 32, 16, 1024);
+    if constexpr (Keys == 64) wgmma_s<T>(s, a, b);
+    else wgmma_s128<T>(s, a, b);
+  }
+}
+template <class T>
 __device__ __forceinline__ void wgmma_o(float (&d)[64], const std::uint32_t (&a)[4], std::uint64_t b) {
 #if HYDRAGEN_WGMMA
   if constexpr (std::is_same_v<T, __nv_bfloat16>) wgmma::wgmma_m64n128k16_rs_tb_bf16(d, a, b);
   else wgmma::wgmma_m64n128k16_rs_tb_f16(d, a, b);
 #endif
+}
+
+// Causal limits of this thread's two rows (INT32_MAX past the item's rows); returns the smaller.
+__device__ __forceinline__ int row_key_limits(const PagedAttentionParams& p, const attn::PlanItem& it, int r0,
+                                              int (&limit)[2]) {
+  for (int h = 0; h < 2; ++h)
+    limit[h] = r0 + 8 * h < it.row_count ? p.rows[it.row_begin + r0 + 8 * h].key_limit : INT32_MAX;
+  return min(limit[0], limit[1]);
+}
+
+// One online-softmax step (exp2 domain, scale folded in) over a wgmma S accumulator of N
+// columns: this thread holds rows r0 (h = 0) and r0 + 8 (h = 1), element i in row (i / 2) % 2,
+// the rest of each row in its quad. s becomes the unnormalized probabilities, m and l move on,
+// alpha is the factor for O. A row masked so far keeps exp2 finite (base 0).
+template <int N>
+__device__ __forceinline__ void online_softmax_step(float (&s)[N], float (&m)[2], float (&l)[2], float scale_log2,
+                                                    float (&alpha)[2]) {
+  float mx[2] = {-INFINITY, -INFINITY}, base[2];
+#pragma unroll
+  for (int i = 0; i < N; ++i) mx[(i / 2) % 2] = fmaxf(mx[(i / 2) % 2], s[i]);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+    const float mn = fmaxf(m[h], mx[h] * scale_log2);
+    base[h] = mn == -INFINITY ? 0.f : mn;
+    alpha[h] = exp2f(m[h] - base[h]);
+    m[h] = mn;
+    l[h] *= alpha[h];
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const int h = (i / 2) % 2;
+    s[i] = exp2f(fmaf(s[i], scale_log2, -base[h]));
+    l[h] += s[i];
+  }
+}
+
+// The item's (o / l, lse) of this thread's two rows (r0 and r0 + 8 of the tile) straight from
+// the m64n128 accumulator registers to the item's column of the partial-state buffer; l is the
+// thread's partial row sum (its quad holds the rest). head_dim 128.
+__device__ __forceinline__ void write_tile_states(const PagedAttentionParams& p, const attn::PlanItem& it,
+                                                  const float (&o)[64], const float (&m)[2], float (&l)[2], int r0,
+                                                  int lane, int group_size) {
+  constexpr int D = 128;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    const int r = r0 + 8 * h;
+    if (r < it.row_count) {
+      const attn::PlanRow row = p.rows[it.row_begin + r];
+      const std::int64_t e =
+          row.state_base + std::int64_t{it.column} * row.state_stride + it.kv_head * group_size + row.group;
+      const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
+      float* dst = p.states.o + e * D + (lane % 4) * 2;
+#pragma unroll
+      for (int i = 0; i < 16; ++i)
+        *reinterpret_cast<float2*>(dst + i * 8) = make_float2(o[i * 4 + 2 * h] * inv, o[i * 4 + 2 * h + 1] * inv);
+      if (lane % 4 == 0) p.states.lse[e] = l[h] > 0.f ? (m[h] + __log2f(l[h])) * 0.69314718056f : -INFINITY;
+    }
+  }
+}
+
+// Host side of a shared-segment kernel: raise its shared-memory limit once; resident blocks per
+// SM, or 0 when this build or device has no sm_90a code for it (the caller falls back).
+template <class Kernel>
+int prepare_sm90_kernel(Kernel kernel, int threads, int smem_bytes) {
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess || attr.binaryVersion != 90) {
+    cudaGetLastError();
+    return 0;
+  }
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  int blocks = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem_bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return blocks;
 }
 
 template <class T, int WG>
@@ -145,9 +249,7 @@ __global__ void __launch_bounds__(128 * WG, 2) shared_attention_wgmma_kernel(con
     }
 
     int limit[2];
-    for (int h = 0; h < 2; ++h)
-      limit[h] = r0 + 8 * h < it.row_count ? p.rows[it.row_begin + r0 + 8 * h].key_limit : INT32_MAX;
-    const int min_limit = min(limit[0], limit[1]);
+    const int min_limit = row_key_limits(p, it, r0, limit);
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
     float o[64];
 #pragma unroll
@@ -178,12 +280,7 @@ __global__ void __launch_bounds__(128 * WG, 2) shared_attention_wgmma_kernel(con
       for (int i = 0; i < 32; ++i) s[i] = 0.f;
       wgmma::fence_operands(s);
       wgmma::fence();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const std::uint64_t a = wgmma::desc(sq_addr + (kk >> 2) * Tile::kQHalf + wg * 64 * 128 + (kk & 3) * 32, 16, 1024);
-        const std::uint64_t b = wgmma::desc(k_addr + (kk >> 2) * Tile::kKvHalf + (kk & 3) * 32, 16, 1024);
-        wgmma_s<T>(s, a, b);
-      }
+      wgmma_qk<T, 64>(s, sq_addr + wg * 64 * 128, Tile::kQHalf, k_addr, Tile::kKvHalf);
       wgmma::commit();
       wgmma::wait<0>();
       wgmma::fence_operands(s);
@@ -198,26 +295,8 @@ __global__ void __launch_bounds__(128 * WG, 2) shared_attention_wgmma_kernel(con
             if (!(key < piece.tokens && piece.position + key < limit[e / 2])) s[nt * 4 + e] = -INFINITY;
           }
       }
-      float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-      for (int i = 0; i < 32; ++i) mx[(i / 2) % 2] = fmaxf(mx[(i / 2) % 2], s[i]);
-      float alpha[2], base[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-        const float mn = fmaxf(m[h], mx[h] * p.scale_log2);
-        base[h] = mn == -INFINITY ? 0.f : mn;  // all masked so far: keep exp2 finite
-        alpha[h] = exp2f(m[h] - base[h]);
-        m[h] = mn;
-        l[h] *= alpha[h];
-      }
-#pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        const int h = (i / 2) % 2;
-        s[i] = exp2f(fmaf(s[i], p.scale_log2, -base[h]));
-        l[h] += s[i];
-      }
+      float alpha[2];
+      online_softmax_step(s, m, l, p.scale_log2, alpha);
       // o is not in flight here: P.V(pi - 1) was waited for before the barrier.
 #pragma unroll
       for (int i = 0; i < 64; ++i) o[i] *= alpha[(i / 2) % 2];
@@ -237,50 +316,17 @@ __global__ void __launch_bounds__(128 * WG, 2) shared_attention_wgmma_kernel(con
     wgmma::fence_operands(o);
     ptx::cp_async_wait<0>();
 
-    // (o / l, lse) of this thread's two rows straight from registers.
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-      const int r = r0 + 8 * h;
-      if (r < it.row_count) {
-        const attn::PlanRow row = p.rows[it.row_begin + r];
-        const std::int64_t e =
-            row.state_base + std::int64_t{it.column} * row.state_stride + it.kv_head * group_size + row.group;
-        const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
-        float* dst = p.states.o + e * D + (lane % 4) * 2;
-#pragma unroll
-        for (int i = 0; i < 16; ++i)
-          *reinterpret_cast<float2*>(dst + i * 8) = make_float2(o[i * 4 + 2 * h] * inv, o[i * 4 + 2 * h + 1] * inv);
-        if (lane % 4 == 0) p.states.lse[e] = l[h] > 0.f ? (m[h] + __log2f(l[h])) * 0.69314718056f : -INFINITY;
-      }
-    }
+    write_tile_states(p, it, o, m, l, r0, lane, group_size);
     __syncthreads();  // shared memory (Q, stages) is reused by the next item
   }
 #endif
 }
 
-// Host side: raise the shared-memory limit once; resident blocks per SM, or 0 when this build
-// or device has no sm_90a code for the kernel (the caller falls back to paged_attention.cuh).
+// Resident blocks per SM, or 0 (the caller falls back to paged_attention.cuh).
 template <class T, int WG>
 int prepare_shared_wgmma() {
   using Tile = WgmmaSharedTile<T, WG>;
-  auto kernel = shared_attention_wgmma_kernel<T, WG>;
-  cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess || attr.binaryVersion != 90) {
-    cudaGetLastError();
-    return 0;
-  }
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  int blocks = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, Tile::kThreads, Tile::kSmemBytes) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return blocks;
+  return prepare_sm90_kernel(shared_attention_wgmma_kernel<T, WG>, Tile::kThreads, Tile::kSmemBytes);
 }
 
 template <class T, int WG>

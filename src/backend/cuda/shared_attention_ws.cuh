@@ -54,14 +54,6 @@ struct WsSharedTile {
   static_assert(attn::kBlockTokens == 64, "a stage holds two 64-key pieces");
 };
 
-template <class T>
-__device__ __forceinline__ void wgmma_s128(float (&d)[64], std::uint64_t a, std::uint64_t b) {
-#if HYDRAGEN_WGMMA
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) wgmma::wgmma_m64n128k16_ss_bf16(d, a, b);
-  else wgmma::wgmma_m64n128k16_ss_f16(d, a, b);
-#endif
-}
-
 // PingPong: the two consumers take turns issuing their wgmmas (named barriers 3 and 4), so one
 // consumer's softmax runs while the other's products use the tensor cores.
 template <class T, bool PingPong>
@@ -203,9 +195,7 @@ __global__ void __launch_bounds__(384, 1) shared_attention_ws_kernel(const Paged
     wgmma::named_barrier(1 + cw, 128);
 
     int limit[2];
-    for (int h = 0; h < 2; ++h)
-      limit[h] = r0 + 8 * h < it.row_count ? p.rows[it.row_begin + r0 + 8 * h].key_limit : INT32_MAX;
-    const int min_limit = min(limit[0], limit[1]);
+    const int min_limit = row_key_limits(p, it, r0, limit);
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
     float o[64];
 #pragma unroll
@@ -227,12 +217,7 @@ __global__ void __launch_bounds__(384, 1) shared_attention_ws_kernel(const Paged
       wgmma::fence_operands(s);
       wgmma::fence_operands(o);
       wgmma::fence();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const std::uint64_t a = wgmma::desc(sq_addr + (kk >> 2) * Tile::kQHalf + cw * 64 * 128 + (kk & 3) * 32, 16, 1024);
-        const std::uint64_t b = wgmma::desc(k_addr + (kk >> 2) * Tile::kKvHalf + (kk & 3) * 32, 16, 1024);
-        wgmma_s128<T>(s, a, b);
-      }
+      wgmma_qk<T, 128>(s, sq_addr + cw * 64 * 128, Tile::kQHalf, k_addr, Tile::kKvHalf);
       wgmma::commit();
     };
     auto issue_pv = [&](int stage) {  // O += P V of a stage, committed as one group
@@ -259,25 +244,7 @@ __global__ void __launch_bounds__(384, 1) shared_attention_ws_kernel(const Paged
             if (!(key < piece[h].tokens && piece[h].position + key < limit[e / 2])) s[nt * 4 + e] = -INFINITY;
           }
       }
-      float mx[2] = {-INFINITY, -INFINITY}, base[2];
-#pragma unroll
-      for (int i = 0; i < 64; ++i) mx[(i / 2) % 2] = fmaxf(mx[(i / 2) % 2], s[i]);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-        const float mn = fmaxf(m[h], mx[h] * p.scale_log2);
-        base[h] = mn == -INFINITY ? 0.f : mn;  // all masked so far: keep exp2 finite
-        alpha[h] = exp2f(m[h] - base[h]);
-        m[h] = mn;
-        l[h] *= alpha[h];
-      }
-#pragma unroll
-      for (int i = 0; i < 64; ++i) {
-        const int h = (i / 2) % 2;
-        s[i] = exp2f(fmaf(s[i], p.scale_log2, -base[h]));
-        l[h] += s[i];
-      }
+      online_softmax_step(s, m, l, p.scale_log2, alpha);
     };
     auto pack_p = [&] {
 #pragma unroll
@@ -332,49 +299,16 @@ __global__ void __launch_bounds__(384, 1) shared_attention_ws_kernel(const Paged
       if (lane == 0) wgmma::mbar_arrive(empty_addr + 8 * prev_stage);
     }
 
-    // (o / l, lse) of this thread's two rows straight from registers.
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-      const int r = r0 + 8 * h;
-      if (r < it.row_count) {
-        const attn::PlanRow row = p.rows[it.row_begin + r];
-        const std::int64_t e =
-            row.state_base + std::int64_t{it.column} * row.state_stride + it.kv_head * group_size + row.group;
-        const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
-        float* dst = p.states.o + e * D + (lane % 4) * 2;
-#pragma unroll
-        for (int i = 0; i < 16; ++i)
-          *reinterpret_cast<float2*>(dst + i * 8) = make_float2(o[i * 4 + 2 * h] * inv, o[i * 4 + 2 * h + 1] * inv);
-        if (lane % 4 == 0) p.states.lse[e] = l[h] > 0.f ? (m[h] + __log2f(l[h])) * 0.69314718056f : -INFINITY;
-      }
-    }
+    write_tile_states(p, it, o, m, l, r0, lane, group_size);
   }
 #endif
 }
 
-// Host side: raise the shared-memory limit once; resident blocks per SM (1), or 0 when this
-// build or device has no sm_90a code for the kernel.
+// Resident blocks per SM (1), or 0 when this build or device has no sm_90a code for it.
 template <class T, bool PingPong>
 int prepare_shared_ws() {
   using Tile = WsSharedTile<T>;
-  auto kernel = shared_attention_ws_kernel<T, PingPong>;
-  cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess || attr.binaryVersion != 90) {
-    cudaGetLastError();
-    return 0;
-  }
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  int blocks = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, Tile::kThreads, Tile::kSmemBytes) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return blocks;
+  return prepare_sm90_kernel(shared_attention_ws_kernel<T, PingPong>, Tile::kThreads, Tile::kSmemBytes);
 }
 
 template <class T, bool PingPong>
