@@ -193,8 +193,8 @@ TEST(CudaAttention, SegmentsStartingInsidePagesMatchReference) {
 #endif
 }
 
-// The warp-specialized shared kernel (shared_attention_ws.cuh, opt-in HYDRAGEN_SHARED_KERNEL=ws
-// and ws-pp) against the float64 reference: d 128, GQA 1/4/8, page sizes 16 and 64, forests
+// The warp-specialized shared kernel (shared_attention_ws.cuh, opt-in HYDRAGEN_SHARED_KERNEL=ws,
+// ws-pp, ws-hw, ws-pp-hw) against the float64 reference: d 128, GQA 1/4/8, page sizes 16 and 64, forests
 // of depth 1-3 with segments that start inside pages, odd piece counts (a block's second
 // piece empty), stacking forced on some trials, multi-token causal queries, and batches whose
 // rows fill several 128-row tiles, so the producer's stage ring wraps across items. The plan
@@ -206,10 +206,11 @@ TEST(CudaAttention, WarpSpecializedSharedKernelMatchesReference) {
   SCOPED_TRACE(rng.trace());
   int with_shared_items = 0;
   for (int trial = 0; trial < 16; ++trial) {
-    const char* kernel = trial % 2 ? "ws-pp" : "ws";
+    const char* kernels[] = {"ws", "ws-pp", "ws-hw", "ws-pp-hw"};
+    const char* kernel = kernels[trial % 4];
     const ScopedEnv shared_env("HYDRAGEN_SHARED_KERNEL", kernel);
     testing::PagedShape shape;
-    shape.page_size = trial / 2 % 2 ? 16 : 64;
+    shape.page_size = trial / 4 % 2 ? 16 : 64;
     shape.head_dim = 128;
     shape.groups = rng.pick(std::vector<int>{1, 4, 8});
     shape.kv_heads = rng.uniform_int(1, 2);
@@ -221,7 +222,7 @@ TEST(CudaAttention, WarpSpecializedSharedKernelMatchesReference) {
     shape.round_to_bf16 = true;
     const testing::PagedCase c = testing::random_paged_case(shape, rng);
     attn::PlanOptions options = cuda::plan_options_for_device(DType::bf16, 128, AttentionMode::hydragen, true);
-    if (trial / 4 % 2)  // stack every shared segment
+    if (trial / 8 % 2 == trial % 2)  // stack every shared segment (half the trials of each kernel)
       options.min_sharers_to_stack = 1, options.min_segment_tokens_to_stack = 1, options.fold_when_stacking_saves_little = false;
     const attn::AttentionPlan plan = attn::build_attention_plan(c.layout, options);
     with_shared_items += !plan.shared_items.empty();

@@ -103,13 +103,26 @@ void use_wgmma_shared(KernelPair& k, int shared_tile_rows) {
     const char* env = std::getenv("HYDRAGEN_SHARED_KERNEL");
     if (env != nullptr && std::string(env) == "mma") return;
     // The warp-specialized kernel (shared_attention_ws.cuh, 128-row tiles), opt-in for its A/B.
-    const bool ws = env != nullptr && std::string(env) == "ws", ws_pp = env != nullptr && std::string(env) == "ws-pp";
-    if ((ws || ws_pp) && shared_tile_rows == 128) {
-      const int blocks = ws ? prepare_shared_ws<T, false>() : prepare_shared_ws<T, true>();
-      HG_CHECK(blocks > 0, "HYDRAGEN_SHARED_KERNEL=", env, ": this build or device has no sm_90a code for it");
-      k.shared = ws ? launch_shared_ws<T, false> : launch_shared_ws<T, true>;
-      k.shared_blocks_per_sm = blocks, k.shared_wgmma = true;
-      return;
+    const std::string name = env != nullptr ? env : "";
+    if (name.starts_with("ws") && shared_tile_rows == 128) {
+      // ws, ws-pp (ping-pong), ws-hw, ws-pp-hw (hardware arrivals): shared_attention_ws.cuh.
+      struct Variant {
+        const char* name;
+        LaunchFn launch;
+        int (*prepare)();
+      };
+      const Variant variants[] = {{"ws", launch_shared_ws<T, false, false>, prepare_shared_ws<T, false, false>},
+                                  {"ws-pp", launch_shared_ws<T, true, false>, prepare_shared_ws<T, true, false>},
+                                  {"ws-hw", launch_shared_ws<T, false, true>, prepare_shared_ws<T, false, true>},
+                                  {"ws-pp-hw", launch_shared_ws<T, true, true>, prepare_shared_ws<T, true, true>}};
+      for (const Variant& v : variants) {
+        if (name != v.name) continue;
+        const int blocks = v.prepare();
+        HG_CHECK(blocks > 0, "HYDRAGEN_SHARED_KERNEL=", name, ": this build or device has no sm_90a code for it");
+        k.shared = v.launch, k.shared_blocks_per_sm = blocks, k.shared_wgmma = true;
+        return;
+      }
+      HG_CHECK(false, "HYDRAGEN_SHARED_KERNEL=", name, ": unknown kernel (mma, wgmma, ws, ws-pp, ws-hw, ws-pp-hw)");
     }
     const int blocks = shared_tile_rows == 128 ? prepare_shared_wgmma<T, 2>() : prepare_shared_wgmma<T, 1>();
     HG_CHECK(blocks > 0 || env == nullptr || std::string(env) != "wgmma",

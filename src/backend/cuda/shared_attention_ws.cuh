@@ -54,9 +54,14 @@ struct WsSharedTile {
   static_assert(attn::kBlockTokens == 64, "a stage holds two 64-key pieces");
 };
 
+// HwArrive (v12, written after the last GPU run of session 5, not yet run): each producer
+// thread hands its copies of a stage to the hardware (cp.async.mbarrier.arrive.noinc: the
+// `full` arrival happens when they land) instead of waiting for the previous stage's copies
+// after issuing the next, which put the producer's issue time on the consumers' path; the
+// consumers fence the async proxy after their wait (docs/perf-notes.md v12).
 // PingPong: the two consumers take turns issuing their wgmmas (named barriers 3 and 4), so one
 // consumer's softmax runs while the other's products use the tensor cores.
-template <class T, bool PingPong>
+template <class T, bool PingPong, bool HwArrive = false>
 __global__ void __launch_bounds__(384, 1) shared_attention_ws_kernel(const PagedAttentionParams p) {
 #if HYDRAGEN_WGMMA
   using Tile = WsSharedTile<T>;
@@ -72,7 +77,7 @@ __global__ void __launch_bounds__(384, 1) shared_attention_ws_kernel(const Paged
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = warp / 4;
   if (tid == 0) {
     for (int s = 0; s < Tile::kStages; ++s) {
-      wgmma::mbar_init(full_addr + 8 * s, 4);    // lane 0 of every producer warp
+      wgmma::mbar_init(full_addr + 8 * s, HwArrive ? 128 : 4);  // every producer thread / warp
       wgmma::mbar_init(empty_addr + 8 * s, 8);   // lane 0 of every consumer warp
     }
   }
@@ -141,13 +146,17 @@ __global__ void __launch_bounds__(384, 1) shared_attention_ws_kernel(const Paged
             ptx::cp_async_16(sk + o, kp + off, valid);
             ptx::cp_async_16(sv + o, vp + off, valid);
           }
-        ptx::cp_async_commit();
-        // The stage before this one is complete once at most this stage's group is in flight.
-        if (pending_stage >= 0) {
-          ptx::cp_async_wait<1>();
-          arrive_full(pending_stage);
+        if constexpr (HwArrive) {
+          asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(full_addr + 8 * stage) : "memory");
+        } else {
+          ptx::cp_async_commit();
+          // The stage before this one is complete once at most this stage's group is in flight.
+          if (pending_stage >= 0) {
+            ptx::cp_async_wait<1>();
+            arrive_full(pending_stage);
+          }
+          pending_stage = stage;
         }
-        pending_stage = stage;
         ++issued;
 #pragma unroll
         for (int h = 0; h < 2; ++h)
@@ -155,7 +164,10 @@ __global__ void __launch_bounds__(384, 1) shared_attention_ws_kernel(const Paged
           for (int i = 0; i < 8; ++i) slot[h][i] = next_slot[h][i];
       }
     }
-    if (pending_stage >= 0) {
+    if (HwArrive) {
+      ptx::cp_async_commit();
+      ptx::cp_async_wait<0>();  // nothing of this thread's in flight when it exits
+    } else if (pending_stage >= 0) {
       ptx::cp_async_wait<0>();
       arrive_full(pending_stage);
     }
@@ -207,6 +219,7 @@ __global__ void __launch_bounds__(384, 1) shared_attention_ws_kernel(const Paged
       piece[1] = pi + 1 < it.piece_count ? p.pieces[it.piece_begin + pi + 1] : attn::PlanPiece{0, 0, 0, 0};
       const int stage = consumed % Tile::kStages;
       wgmma::mbar_wait(full_addr + 8 * stage, (consumed / Tile::kStages) & 1);
+      if constexpr (HwArrive) wgmma::fence_proxy_async();  // the producer's cp.async writes -> wgmma
       ++consumed;
       return stage;
     };
@@ -305,16 +318,16 @@ __global__ void __launch_bounds__(384, 1) shared_attention_ws_kernel(const Paged
 }
 
 // Resident blocks per SM (1), or 0 when this build or device has no sm_90a code for it.
-template <class T, bool PingPong>
+template <class T, bool PingPong, bool HwArrive>
 int prepare_shared_ws() {
   using Tile = WsSharedTile<T>;
-  return prepare_sm90_kernel(shared_attention_ws_kernel<T, PingPong>, Tile::kThreads, Tile::kSmemBytes);
+  return prepare_sm90_kernel(shared_attention_ws_kernel<T, PingPong, HwArrive>, Tile::kThreads, Tile::kSmemBytes);
 }
 
-template <class T, bool PingPong>
+template <class T, bool PingPong, bool HwArrive>
 void launch_shared_ws(const PagedAttentionParams& p, int grid, cudaStream_t stream) {
   using Tile = WsSharedTile<T>;
-  shared_attention_ws_kernel<T, PingPong><<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
+  shared_attention_ws_kernel<T, PingPong, HwArrive><<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
 }
 
 }  // namespace hydragen::cuda
