@@ -186,6 +186,34 @@ TEST(Engine, MalformedRequestsFailAloneWithTheirReason) {
   EXPECT_NE(out[7].error.find("context of 4096 positions"), std::string::npos) << out[7].error;
 }
 
+// A request whose pinned segments need more pages than the pool has, though its token count
+// fits (each pinned segment starts on fresh pages: 4 one-token segments take a page each, the
+// other 145 tokens 10, its own tokens 1: 15 pages of 12). The check at submit counts tokens, so
+// it is admitted to wait; once nothing else holds pages it fails alone with its reason, and the
+// request queued behind it still runs, with the tokens it gets alone.
+TEST(Engine, RequestThatCanNeverBeAdmittedFailsAloneAndTheQueueMovesOn) {
+  const test::FixtureModel m = test::load_fixture_model("tiny-llama");
+  std::mt19937 rng(5);
+  const auto good = test::random_tokens(rng, 30, 512);
+  GenerationRequest pinned = test::greedy_request(test::random_tokens(rng, 150, 512), 8);
+  pinned.segment_ends = {1, 2, 3, 4};
+  const std::vector<GenerationRequest> requests{test::greedy_request(good, 8), pinned, test::greedy_request(good, 8)};
+  auto big = cpu_runner(m);
+  const auto alone = test::run_engine(*big, {requests[0]});
+  auto small = cpu_runner(m, 12);
+  const auto out = test::run_engine(*small, requests);
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[1].finish_reason, "error");
+  EXPECT_TRUE(out[1].kv_pool_full);
+  EXPECT_NE(out[1].error.find("KV pool"), std::string::npos) << out[1].error;
+  EXPECT_TRUE(out[1].tokens.empty());
+  for (int i : {0, 2}) {
+    EXPECT_EQ(out[i].error, "") << i;
+    EXPECT_FALSE(out[i].kv_pool_full) << i;
+    EXPECT_EQ(out[i].tokens, alone[0].tokens) << i;
+  }
+}
+
 TEST(Engine, StopsAtStopTokensAndStringsAndLength) {
   const test::FixtureModel m = test::load_fixture_model("tiny-llama");
   const auto expected = m.reference["greedy"][0]["tokens"].get<std::vector<std::int32_t>>();

@@ -144,7 +144,7 @@ PointResult time_generation(engine::ModelRunner& runner, engine::AttentionChoice
     // A request the engine refused says why (its context, say); otherwise the pool was short.
     std::string refused;
     for (const engine::Completion& c : engine.completions())
-      if (!c.error.empty() && c.error.find("KV pool") == std::string::npos) refused = c.error;
+      if (!c.error.empty() && !c.kv_pool_full) refused = c.error;
     row["skip_reason"] = !refused.empty() ? "refused: " + refused
                                           : "out of memory: " + std::to_string(running) + " of " +
                                                 std::to_string(batch) + " sequences fit the KV pool (" +

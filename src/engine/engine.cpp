@@ -189,6 +189,7 @@ std::int64_t Engine::admit_and_prefill() {
       Completion& c = completions_[seq.completion];
       c.finish_reason = "error";
       c.error = "the prompt and max_new_tokens do not fit in the KV pool";
+      c.kv_pool_full = true;
       if (options_.on_finish) options_.on_finish(c);
       waiting_.pop_front();
       continue;

@@ -41,6 +41,7 @@ struct Completion {
   std::vector<float> logprobs;     // log-probability of each token under the model
   std::string finish_reason;       // "stop" (a stop token or string), "length", or "error"
   std::string error;               // why a malformed request failed (it fails alone)
+  bool kv_pool_full = false;       // failed only because the KV pool can never hold it at once
 };
 
 struct EngineOptions {
