@@ -9,8 +9,8 @@
 //   per chunk. Lane j owns key j of the chunk and computes its score for every row against
 //   Q kept as fp32 in shared memory (broadcast reads); online softmax per row over the chunk
 //   (max by 5 shuffles; l kept per lane, summed once at the end); p goes to shared memory;
-//   then lane d owns D/32 output dims and runs over the chunk's V rows against p. When the item is its merge group's only suffix item (no suffix split:
-//   the common decode case) and its rows have at most one shared state (one unsplit stacked
+//   then lane d owns D/32 output dims and runs over the chunk's V rows against p. When the
+//   item is its merge group's only suffix item (no suffix split: the common decode case) and its rows have at most one shared state (one unsplit stacked
 //   column), it merges its own state in registers with that one (complete: the shared launch
 //   precedes this one in the stream) and writes the final output -- no state write, no
 //   fence, no ticket. Otherwise the items write (o / l, lse) to their state column, and the
@@ -39,11 +39,12 @@ struct DecodeShape {
   // A K row in shared memory, padded by 16 bytes so that 8 lanes reading 8 rows hit 8
   // different bank groups.
   static constexpr int kKRow = D + 16 / static_cast<int>(sizeof(T));
+  // The chunk's K rows [kChunk][kKRow] and V rows [kChunk][D] (T), in floats: also the
+  // scratch of the last arrival's merge once the key loop is done.
+  static constexpr int kStageFloats = kChunk * (kKRow + D) * static_cast<int>(sizeof(T)) / 4;
   // A warp's shared memory for items of <= max_rows rows: Q [max_rows][D] fp32, p
-  // [max_rows][kChunk] fp32, then the chunk's K rows [kChunk][kKRow] and V rows [kChunk][D] (T).
-  static constexpr int warp_smem_floats(int max_rows) {
-    return max_rows * D + max_rows * kChunk + kChunk * (kKRow + D) * static_cast<int>(sizeof(T)) / 4;
-  }
+  // [max_rows][kChunk] fp32, then the K/V stage.
+  static constexpr int warp_smem_floats(int max_rows) { return max_rows * D + max_rows * kChunk + kStageFloats; }
   static constexpr int smem_bytes(int max_rows) { return kWarps * warp_smem_floats(max_rows) * 4; }
   static_assert(D == 64 || D == 128);
 };
@@ -485,11 +486,10 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   last = __shfl_sync(0xffffffffu, last, 0);
   if (!last) return;
   __syncwarp();
-  constexpr int kScratchFloats = Shape::kChunk * (Shape::kKRow + D) * static_cast<int>(sizeof(T)) / 4;
   // One row: merge_states_chunk already gives every lane one chunk (the reordering measured
   // 0.86-0.94x at 40/40 one-key suffixes, session 5).
   if (rows > 1 &&
-      merge_rows_in_warp<T, D>(p, it, rows, grp.columns, my_row, reinterpret_cast<float*>(sk), kScratchFloats, lane))
+      merge_rows_in_warp<T, D>(p, it, rows, grp.columns, my_row, reinterpret_cast<float*>(sk), Shape::kStageFloats, lane))
     return;
   for (int id = lane; id < rows * (D / 4); id += 32) {
     const int r = id / (D / 4), c = (id % (D / 4)) * 4;

@@ -122,7 +122,7 @@ void use_wgmma_shared(KernelPair& k, int shared_tile_rows) {
         k.shared = v.launch, k.shared_blocks_per_sm = blocks, k.shared_wgmma = true;
         return;
       }
-      HG_CHECK(false, "HYDRAGEN_SHARED_KERNEL=", name, ": unknown kernel (mma, wgmma, ws, ws-pp, ws-hw, ws-pp-hw)");
+      fail("HYDRAGEN_SHARED_KERNEL=", name, ": unknown kernel (mma, wgmma, ws, ws-pp, ws-hw, ws-pp-hw)");
     }
     const int blocks = shared_tile_rows == 128 ? prepare_shared_wgmma<T, 2>() : prepare_shared_wgmma<T, 1>();
     HG_CHECK(blocks > 0 || env == nullptr || std::string(env) != "wgmma",

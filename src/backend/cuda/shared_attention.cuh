@@ -97,6 +97,24 @@ __device__ __forceinline__ void wgmma_o(float (&d)[64], const std::uint32_t (&a)
 #endif
 }
 
+// Rows [first, first + count) of an item's Q tile (d = 128) into a [2 halves][rows][128 B]
+// swizzled array whose halves lie q_half bytes apart, by `threads` threads (this one is t);
+// rows past the item's row_count are zero (their scores are finite; they are never written).
+template <class T>
+__device__ __forceinline__ void load_q_rows(const PagedAttentionParams& p, const attn::PlanItem& it, unsigned char* sq,
+                                            int q_half, int first, int count, int t, int threads, int group_size) {
+  for (int id = t; id < count * 16; id += threads) {
+    const int r = first + id / 16, c = id % 16;
+    uint4 val = make_uint4(0, 0, 0, 0);
+    if (r < it.row_count) {
+      const attn::PlanRow row = p.rows[it.row_begin + r];
+      const std::int64_t qi = std::int64_t{row.token} * p.q_heads + it.kv_head * group_size + row.group;
+      val = __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(p.q) + qi * 128) + c);
+    }
+    *reinterpret_cast<uint4*>(sq + swizzled_offset(r, c, q_half)) = val;
+  }
+}
+
 // Causal limits of this thread's two rows (INT32_MAX past the item's rows); returns the smaller.
 __device__ __forceinline__ int row_key_limits(const PagedAttentionParams& p, const attn::PlanItem& it, int r0,
                                               int (&limit)[2]) {
@@ -200,17 +218,7 @@ __global__ void __launch_bounds__(128 * WG, 2) shared_attention_wgmma_kernel(con
 
   for (int item_index = blockIdx.x; item_index < item_count; item_index += gridDim.x) {
     const attn::PlanItem it = p.items[item_index];
-    // Q tile: rows past row_count are zero (their scores are finite; they are never written).
-    for (int id = tid; id < Tile::kRows * 16; id += Tile::kThreads) {
-      const int r = id / 16, c = id % 16;
-      uint4 val = make_uint4(0, 0, 0, 0);
-      if (r < it.row_count) {
-        const attn::PlanRow row = p.rows[it.row_begin + r];
-        const std::int64_t qi = std::int64_t{row.token} * p.q_heads + it.kv_head * group_size + row.group;
-        val = __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(p.q) + qi * D) + c);
-      }
-      *reinterpret_cast<uint4*>(sq + swizzled_offset(r, c, Tile::kQHalf)) = val;
-    }
+    load_q_rows<T>(p, it, sq, Tile::kQHalf, 0, Tile::kRows, tid, Tile::kThreads, group_size);
     // A piece's copies in two steps: fetch() reads the page table into slot[] (the pool token
     // slot of each of this thread's keys, -1 past the piece: global loads, no shared memory),
     // issue() starts the cp.async copies into a stage. Token slots fit in 32 bits (a pool of

@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(384, 1) shared_attention_ws_kernel(const Paged
           for (int i = 0; i < 8; ++i) slot[h][i] = next_slot[h][i];
       }
     }
-    if (HwArrive) {
+    if constexpr (HwArrive) {
       ptx::cp_async_commit();
       ptx::cp_async_wait<0>();  // nothing of this thread's in flight when it exits
     } else if (pending_stage >= 0) {
@@ -193,16 +193,7 @@ __global__ void __launch_bounds__(384, 1) shared_attention_ws_kernel(const Paged
     // Q rows of this consumer (the last item's wgmmas that read them are complete: waited
     // before its epilogue; the barrier orders every thread's wait before these stores).
     wgmma::named_barrier(1 + cw, 128);
-    for (int id = ctid; id < 64 * 16; id += 128) {
-      const int r = cw * 64 + id / 16, c = id % 16;
-      uint4 val = make_uint4(0, 0, 0, 0);
-      if (r < it.row_count) {
-        const attn::PlanRow row = p.rows[it.row_begin + r];
-        const std::int64_t qi = std::int64_t{row.token} * p.q_heads + it.kv_head * group_size + row.group;
-        val = __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(p.q) + qi * D) + c);
-      }
-      *reinterpret_cast<uint4*>(sq + swizzled_offset(r, c, Tile::kQHalf)) = val;
-    }
+    load_q_rows<T>(p, it, sq, Tile::kQHalf, cw * 64, 64, ctid, 128, group_size);
     wgmma::fence_proxy_async();  // st.shared -> the tensor cores' reads
     wgmma::named_barrier(1 + cw, 128);
 
@@ -214,7 +205,7 @@ __global__ void __launch_bounds__(384, 1) shared_attention_ws_kernel(const Paged
     for (int i = 0; i < 64; ++i) o[i] = 0.f;
     std::uint32_t pk[8][4];  // P of the previous block, packed: the A operand of its P.V
     float s[64];
-    auto wait_full = [&](attn::PlanPiece (&piece)[2], int pi) {  // -> the stage's K address
+    auto wait_full = [&](attn::PlanPiece (&piece)[2], int pi) {  // the block's pieces; -> its stage
       piece[0] = p.pieces[it.piece_begin + pi];
       piece[1] = pi + 1 < it.piece_count ? p.pieces[it.piece_begin + pi + 1] : attn::PlanPiece{0, 0, 0, 0};
       const int stage = consumed % Tile::kStages;
