@@ -151,6 +151,40 @@ TEST(PagedPlan, SplitsSharedWorkPastOneWaveWhenAsked) {
 // PlanOptions::shared_min_split_tokens: 32 sequences of Llama-3-8B's shape (8 kv heads x 128
 // rows) under a 1K prefix have 8 shared items on 264 slots; at the default 512 keys they split
 // 2 ways, at 128 keys 8 ways (every split a whole number of 64-key pieces, all keys covered).
+// PlanOptions::shared_full_tile_slots: a plan whose stacked work is mostly in tiles of more
+// than half the tile rows is split for those slots and says so (the CUDA runner then runs its
+// warp-specialized kernel, one block per SM); one whose tiles are half empty keeps the
+// ordinary slots, and so does every plan when the option is off or nothing is stacked.
+TEST(PagedPlan, FullTilePlansSplitForTheirOwnSlots) {
+  PlanOptions options;
+  options.shared_slots = 264, options.suffix_slots = 1584;  // the H200's, as on the device
+  options.shared_split_past_one_wave = true;
+  auto plan_of = [&](int batch, int kv_heads, int q_heads, std::int64_t prefix, int full_tile_slots,
+                     AttentionMode mode = AttentionMode::hydragen) {
+    PlanOptions o = options;
+    o.shared_full_tile_slots = full_tile_slots, o.mode = mode;
+    return build_attention_plan(testing::one_segment_layout(batch, kv_heads, q_heads, prefix, 1), o);
+  };
+  // 8/1 B=64 32K: 512 rows = 4 full tiles, split to fill 132 slots instead of 264.
+  const AttentionPlan full = plan_of(64, 1, 8, 32768, 132), ordinary = plan_of(64, 1, 8, 32768, 0);
+  EXPECT_TRUE(full.shared_full_tiles);
+  EXPECT_FALSE(ordinary.shared_full_tiles);
+  EXPECT_LE(full.shared_items.size(), 132u);
+  EXPECT_GT(full.shared_items.size(), 66u);
+  EXPECT_GT(ordinary.shared_items.size(), 132u);
+  // 32/8 B=16: 64 rows per kv head, every tile half empty: the ordinary split.
+  const AttentionPlan half = plan_of(16, 8, 32, 32768, 132);
+  EXPECT_FALSE(half.shared_full_tiles);
+  EXPECT_EQ(half.shared_items.size(), plan_of(16, 8, 32, 32768, 0).shared_items.size());
+  // 8/1 B=100: 800 rows = 6 full tiles and one of 32 rows: mostly full.
+  EXPECT_TRUE(plan_of(100, 1, 8, 8192, 132).shared_full_tiles);
+  // MHA B=1024 (1024 rows per head): full; paged folds everything: nothing stacked.
+  EXPECT_TRUE(plan_of(1024, 40, 40, 2048, 132).shared_full_tiles);
+  const AttentionPlan paged = plan_of(1024, 40, 40, 2048, 132, AttentionMode::paged);
+  EXPECT_FALSE(paged.shared_full_tiles);
+  EXPECT_TRUE(paged.shared_items.empty());
+}
+
 TEST(PagedPlan, SharedSplitsFollowTheirMinimumLength) {
   // 32 sequences x 4 rows under one 1K segment: 8 shared items before splitting.
   PagedLayout layout;

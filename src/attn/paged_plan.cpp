@@ -166,6 +166,23 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
       shared_base_items = 0;
     }
   }
+  // Full tiles (PlanOptions::shared_full_tile_slots): when at least half of the stacked work
+  // (rows x keys) lies in tiles of more than half the tile rows, the plan is split for the
+  // full-tile kernel's slots and says so.
+  std::int64_t shared_slots = options.shared_slots;
+  if (options.shared_full_tile_slots > 0 && shared_base_items > 0) {
+    const std::int64_t tile = options.shared_tile_rows;
+    std::int64_t work = 0, full_tile_work = 0;
+    for (int i = 0; i < num_segments; ++i) {
+      if (!stacked[i]) continue;
+      const std::int64_t last = rows_below[i] % tile;  // rows of a partial last tile (0: none)
+      const std::int64_t full_rows = rows_below[i] - (last > tile / 2 ? 0 : last);
+      work += rows_below[i] * layout.segments[i].tokens;
+      full_tile_work += full_rows * layout.segments[i].tokens;
+    }
+    plan.shared_full_tiles = 2 * full_tile_work >= work;
+    if (plan.shared_full_tiles) shared_slots = options.shared_full_tile_slots;
+  }
   std::vector<int> seg_splits(num_segments, 0);
   // Short splits only while the suffixes are short next to the segment (the decode steps they
   // were measured on): under long suffixes the suffix launch's merge of the extra columns cost
@@ -183,7 +200,7 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
   // 4.85 waves (97%). At most 4 splits of >= kMinSplitTokens keys (more splits: more partial
   // states for the suffix kernel to merge).
   auto splits_past_one_wave = [&](std::int64_t tokens) {
-    const std::int64_t slots = options.shared_slots;
+    const std::int64_t slots = shared_slots;
     auto fill = [&](std::int64_t s) {
       const std::int64_t items = shared_base_items * s;
       return double(items) / double(ceil_div(items, slots) * slots);
@@ -197,9 +214,9 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
   };
   for (int i = 0; i < num_segments; ++i)
     if (stacked[i])
-      seg_splits[i] = options.shared_split_past_one_wave && shared_base_items >= options.shared_slots
+      seg_splits[i] = options.shared_split_past_one_wave && shared_base_items >= shared_slots
                           ? splits_past_one_wave(layout.segments[i].tokens)
-                          : splits_for(layout.segments[i].tokens, shared_base_items, options.shared_slots,
+                          : splits_for(layout.segments[i].tokens, shared_base_items, static_cast<int>(shared_slots),
                                        shortest_shared_split(layout.segments[i].tokens));
 
   // Per sequence: shared columns, own keys, suffix splits, partial-state region.

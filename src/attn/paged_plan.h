@@ -116,6 +116,9 @@ struct AttentionPlan {
   std::int64_t query_rows = 0;     // packed query tokens
   int stacked_segments = 0;
   int max_columns = 0;
+  // Most stacked work is in full tiles: split for PlanOptions::shared_full_tile_slots (the CUDA
+  // runner then runs its warp-specialized shared kernel).
+  bool shared_full_tiles = false;
 };
 
 struct PlanOptions {
@@ -125,6 +128,11 @@ struct PlanOptions {
   int min_sharers_to_stack = kMinSharersToStack;
   std::int64_t min_segment_tokens_to_stack = kMinSegmentTokensToStack;
   int shared_slots = kSharedSlots;
+  // When > 0: a plan with at least half of its stacked work (rows x keys) in tiles of more than
+  // shared_tile_rows / 2 rows is split for this many shared slots instead (and says so in
+  // AttentionPlan::shared_full_tiles). The CUDA backend sets it to its warp-specialized
+  // kernel's slots (one block per SM), which pays only where tiles are full.
+  int shared_full_tile_slots = 0;
   int suffix_slots = kSuffixSlots;
   std::int64_t suffix_min_split_tokens = kMinSuffixSplitTokens;
   // Fewest keys per split of a stacked segment (the shared kernel's items), and the floor for

@@ -1,6 +1,8 @@
 // Plan buffers and the two launches of a paged attention step. See paged_attention_runner.h.
 #include "backend/cuda/paged_attention_runner.h"
 
+#include <cudaTypedefs.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -13,6 +15,34 @@
 #include "backend/cuda/shared_attention_ws.cuh"
 
 namespace hydragen::cuda {
+
+CUtensorMap encode_kv_tensor_map(const void* pool, bool bf16, int kv_heads, int page_size) {
+  // The driver's encoder, found once through the runtime (no link against libcuda).
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    HG_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
+    HG_CHECK(found == cudaDriverEntryPointSuccess && fn != nullptr, "paged attention: the CUDA driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  constexpr int D = 128;
+  const cuuint64_t row_bytes = cuuint64_t{2} * D * kv_heads;  // one slot: every head's row
+  // The slot extent only bounds the box coordinates (the pool's size is not passed down): as
+  // many slots as int32 coordinates and 40-bit strides allow; page indices stay inside the pool.
+  const cuuint64_t slots = std::min<cuuint64_t>((cuuint64_t{1} << 40) / row_bytes, INT32_MAX);
+  const cuuint64_t dims[3] = {D, static_cast<cuuint64_t>(kv_heads), slots};
+  const cuuint64_t strides[2] = {2 * D, row_bytes};
+  const cuuint32_t box[3] = {64, 1, static_cast<cuuint32_t>(std::min(page_size, 64))};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  CUtensorMap map{};
+  const CUresult r = encode(&map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3,
+                            const_cast<void*>(pool), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  HG_CHECK(r == CUDA_SUCCESS, "paged attention: cuTensorMapEncodeTiled failed (", static_cast<int>(r), ") for a pool of ",
+           kv_heads, " kv heads, page size ", page_size);
+  return map;
+}
+
 namespace {
 
 using LaunchFn = void (*)(const PagedAttentionParams&, int grid, cudaStream_t);
@@ -92,6 +122,18 @@ struct KernelPair {
   int decode_blocks_per_sm = 0;
   LaunchFn decode_narrow = nullptr;  // the decode kernel for one-row items only (3 blocks per SM)
   bool shared_wgmma = false;  // the shared launch is shared_attention.cuh's kernel
+  // The warp-specialized TMA kernel (shared_attention_ws.cuh, ws-pp-tma), run in place of
+  // `shared` for plans split for its slots (AttentionPlan::shared_full_tiles). H200 A/B with it
+  // on every plan (docs/perf-notes.md v13): its shared launch took 0.66-0.94x v5's time where
+  // the 128-row tiles were full (8/1 from B=16, 32/8 from B=64, MHA B=1024; 40/40 B=1024 16K
+  // 0.86 -> 0.60 ms) and 0.82-1.06x where they held 64 rows (32/8 B=16, 40/40 B=64: one
+  // consumer warpgroup of two computes on empty rows), whose whole steps ran up to 1.14x
+  // slower (32/8 B=16 32K). Run over plans split for v5's two blocks per SM it lost to v5 at
+  // 8/1 B=64 32K (0.113 vs 0.099 ms; 0.071 with its own splits): each block then runs two
+  // items in series.
+  LaunchFn shared_ws = nullptr;
+  int shared_ws_blocks_per_sm = 0;
+  bool shared_ws_always = false;  // HYDRAGEN_SHARED_KERNEL=auto-ws: every plan (A/B timing)
 };
 
 // The shared launch: the wgmma kernel of shared_attention.cuh where the build has sm_90a code
@@ -102,19 +144,24 @@ void use_wgmma_shared(KernelPair& k, int shared_tile_rows) {
   if constexpr (D == 128) {
     const char* env = std::getenv("HYDRAGEN_SHARED_KERNEL");
     if (env != nullptr && std::string(env) == "mma") return;
-    // The warp-specialized kernel (shared_attention_ws.cuh, 128-row tiles), opt-in for its A/B.
     const std::string name = env != nullptr ? env : "";
+    // The warp-specialized kernels (shared_attention_ws.cuh, 128-row tiles) forced for every
+    // plan, with plans split for their one block per SM (A/B timing, tests).
     if (name.starts_with("ws") && shared_tile_rows == 128) {
-      // ws, ws-pp (ping-pong), ws-hw, ws-pp-hw (hardware arrivals): shared_attention_ws.cuh.
+      // ws, ws-pp (ping-pong), -hw (hardware arrivals), -tma (TMA copies): shared_attention_ws.cuh.
       struct Variant {
         const char* name;
         LaunchFn launch;
         int (*prepare)();
       };
-      const Variant variants[] = {{"ws", launch_shared_ws<T, false, false>, prepare_shared_ws<T, false, false>},
-                                  {"ws-pp", launch_shared_ws<T, true, false>, prepare_shared_ws<T, true, false>},
-                                  {"ws-hw", launch_shared_ws<T, false, true>, prepare_shared_ws<T, false, true>},
-                                  {"ws-pp-hw", launch_shared_ws<T, true, true>, prepare_shared_ws<T, true, true>}};
+      using enum WsLoads;
+      const Variant variants[] = {
+          {"ws", launch_shared_ws<T, false, kCpAsync>, prepare_shared_ws<T, false, kCpAsync>},
+          {"ws-pp", launch_shared_ws<T, true, kCpAsync>, prepare_shared_ws<T, true, kCpAsync>},
+          {"ws-hw", launch_shared_ws<T, false, kCpAsyncHw>, prepare_shared_ws<T, false, kCpAsyncHw>},
+          {"ws-pp-hw", launch_shared_ws<T, true, kCpAsyncHw>, prepare_shared_ws<T, true, kCpAsyncHw>},
+          {"ws-tma", launch_shared_ws<T, false, kTma>, prepare_shared_ws<T, false, kTma>},
+          {"ws-pp-tma", launch_shared_ws<T, true, kTma>, prepare_shared_ws<T, true, kTma>}};
       for (const Variant& v : variants) {
         if (name != v.name) continue;
         const int blocks = v.prepare();
@@ -122,7 +169,7 @@ void use_wgmma_shared(KernelPair& k, int shared_tile_rows) {
         k.shared = v.launch, k.shared_blocks_per_sm = blocks, k.shared_wgmma = true;
         return;
       }
-      fail("HYDRAGEN_SHARED_KERNEL=", name, ": unknown kernel (mma, wgmma, ws, ws-pp, ws-hw, ws-pp-hw)");
+      fail("HYDRAGEN_SHARED_KERNEL=", name, ": unknown kernel (mma, wgmma, ws, ws-pp, ws-hw, ws-pp-hw, ws-tma, ws-pp-tma)");
     }
     const int blocks = shared_tile_rows == 128 ? prepare_shared_wgmma<T, 2>() : prepare_shared_wgmma<T, 1>();
     HG_CHECK(blocks > 0 || env == nullptr || std::string(env) != "wgmma",
@@ -131,6 +178,15 @@ void use_wgmma_shared(KernelPair& k, int shared_tile_rows) {
     k.shared = shared_tile_rows == 128 ? launch_shared_wgmma<T, 2> : launch_shared_wgmma<T, 1>;
     k.shared_blocks_per_sm = blocks;
     k.shared_wgmma = true;
+    // The default (unset, or auto / auto-ws): the TMA kernel too, for the plans it wins.
+    HG_CHECK(name.empty() || name == "wgmma" || name == "auto" || name == "auto-ws", "HYDRAGEN_SHARED_KERNEL=", name,
+             ": unknown kernel (auto, auto-ws, mma, wgmma, ws, ws-pp, ws-hw, ws-pp-hw, ws-tma, ws-pp-tma)");
+    if (name == "wgmma" || shared_tile_rows != 128) return;
+    const int ws_blocks = prepare_shared_ws<T, true, WsLoads::kTma>();
+    if (ws_blocks == 0) return;
+    k.shared_ws = launch_shared_ws<T, true, WsLoads::kTma>;
+    k.shared_ws_blocks_per_sm = ws_blocks;
+    k.shared_ws_always = name == "auto-ws";
   }
 }
 
@@ -194,6 +250,7 @@ attn::PlanOptions plan_options_for_device(DType dtype, int head_dim, AttentionMo
   options.shared_split_past_one_wave = waves != nullptr ? std::atoi(waves) != 0 : k.shared_wgmma;
   const int sms = multiprocessors();
   options.shared_slots = sms * k.shared_blocks_per_sm;
+  options.shared_full_tile_slots = k.shared_ws != nullptr ? sms * k.shared_ws_blocks_per_sm : 0;
   options.suffix_slots = k.decode ? sms * k.decode_blocks_per_sm * kDecodeItemsPerBlock : sms * k.suffix_blocks_per_sm;
   return options;
 }
@@ -216,7 +273,8 @@ struct PagedAttentionRunner::Impl {
   int head_dim, q_heads, kv_heads;
   PlanCapacity capacity;
   KernelPair kernels;
-  int shared_grid = 0, suffix_grid = 0, decode_grid = 0;
+  int shared_grid = 0, shared_ws_grid = 0, suffix_grid = 0, decode_grid = 0;
+  bool shared_ws = false;     // set by upload (shared_runs_ws_kernel)
   bool suffix_decode = true;  // set by upload (suffix_runs_decode_kernel)
   bool decode_narrow = false;  // set by upload: every suffix item has one row
   std::int32_t* pages = nullptr;
@@ -242,6 +300,7 @@ PagedAttentionRunner::PagedAttentionRunner(DType dtype, int head_dim, int q_head
   const int sms = multiprocessors();
   // Persistent grids: the item count is read on the device, so the launch shape is fixed.
   m.shared_grid = static_cast<int>(std::min<std::int64_t>(capacity.shared_items, sms * m.kernels.shared_blocks_per_sm));
+  m.shared_ws_grid = static_cast<int>(std::min<std::int64_t>(capacity.shared_items, sms * m.kernels.shared_ws_blocks_per_sm));
   m.suffix_grid = static_cast<int>(std::min<std::int64_t>(capacity.suffix_items, sms * m.kernels.suffix_blocks_per_sm));
   // decode: one warp per item, blocks past the item count exit at once
   m.decode_grid = static_cast<int>((capacity.suffix_items + kDecodeItemsPerBlock - 1) / kDecodeItemsPerBlock);
@@ -272,6 +331,7 @@ void PagedAttentionRunner::upload(const attn::AttentionPlan& plan) {
   Impl& m = *impl_;
   copy_to(m.pages, plan.pages, m.capacity.pages, "pages");
   m.suffix_decode = suffix_runs_decode_kernel(plan);
+  m.shared_ws = m.kernels.shared_ws != nullptr && (m.kernels.shared_ws_always || plan.shared_full_tiles);
   // Narrow when every item has one row and the launch is either short items (one-key
   // hydragen suffixes: 40/40 B=1024 2K 0.347 -> 0.304 ms) or few items (B=64 MHA paged
   // 1K/2K/16K 3.2-3.5 -> 3.6-3.9 TB/s); at B=1024 with long items the wide kernel streamed
@@ -302,7 +362,7 @@ void PagedAttentionRunner::upload(const attn::AttentionPlan& plan) {
 }
 
 int PagedAttentionRunner::launch_variant() const {
-  return (impl_->suffix_decode ? 1 : 0) | (impl_->decode_narrow ? 2 : 0);
+  return (impl_->suffix_decode ? 1 : 0) | (impl_->decode_narrow ? 2 : 0) | (impl_->shared_ws ? 4 : 0);
 }
 
 void PagedAttentionRunner::poison_states() {
@@ -328,7 +388,8 @@ void PagedAttentionRunner::run(const PagedAttentionArgs& args, void* stream, boo
   p.scale_log2 = scale * 1.4426950408889634f;
   if (m.shared_grid > 0) {
     p.items = m.shared_items, p.item_count = m.counts;
-    m.kernels.shared(p, m.shared_grid, st);
+    if (m.shared_ws) m.kernels.shared_ws(p, m.shared_ws_grid, st);
+    else m.kernels.shared(p, m.shared_grid, st);
     HG_CUDA_CHECK(cudaGetLastError());
   }
   if (shared_only || m.suffix_grid == 0) return;

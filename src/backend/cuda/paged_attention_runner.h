@@ -37,13 +37,18 @@ bool supported_head_dim(int head_dim);
 // Plan options for this device: its resident blocks per kernel (the split-KV rule fills
 // whole waves of them) and the shared kernel's tile rows (HYDRAGEN_SHARED_TILE_ROWS = 64 or
 // 128 overrides the default).
-// The shared launch's kernel: shared_attention.cuh (wgmma) for head_dim 128 when the build has
-// sm_90a code for the device, else paged_attention.cuh (mma.sync). HYDRAGEN_SHARED_KERNEL=mma
-// forces the mma.sync kernel, =wgmma requires the wgmma one (A/B timing, tests of both), =ws and
-// =ws-pp select shared_attention_ws.cuh's warp-specialized kernel (one block per SM, so the
-// plan's splits follow 1 block per SM; -pp: consumers take turns, docs/perf-notes.md v10). With
-// the wgmma kernel plans also split shared work that already fills a wave
-// (PlanOptions::shared_split_past_one_wave); HYDRAGEN_SHARED_WAVES=0/1 overrides that.
+// The shared launch's kernel: for head_dim 128 when the build has sm_90a code for the device,
+// per plan either shared_attention_ws.cuh's warp-specialized kernel with TMA copies (ws-pp-tma,
+// docs/perf-notes.md v13) where most stacked work is in full 128-row tiles (the plan is then
+// split for its one block per SM: PlanOptions::shared_full_tile_slots) or shared_attention.cuh's
+// wgmma kernel (v5); else paged_attention.cuh (mma.sync).
+// HYDRAGEN_SHARED_KERNEL overrides (A/B timing, tests): =mma the mma.sync kernel, =wgmma the
+// wgmma kernel for every plan, =auto-ws the TMA kernel for every plan, =ws, ws-pp, ws-hw,
+// ws-pp-hw, ws-tma, ws-pp-tma one warp-specialized variant for every plan with the plan's splits
+// following its one block per SM (-pp: consumers take turns, -hw: hardware arrivals of cp.async
+// copies, -tma: TMA copies; v10, v12, v13). With the wgmma kernels plans also split shared work
+// that already fills a wave (PlanOptions::shared_split_past_one_wave); HYDRAGEN_SHARED_WAVES=0/1
+// overrides that.
 attn::PlanOptions plan_options_for_device(DType dtype, int head_dim, AttentionMode mode, bool causal);
 
 // Whether the suffix launch of `plan` runs the decode kernel (else the mma.sync kernel): the

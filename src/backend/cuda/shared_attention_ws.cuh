@@ -25,6 +25,8 @@
 //   mbarriers: full[kStages], empty[kStages]
 #pragma once
 
+#include <cuda.h>
+
 #include <cstdint>
 
 #include "attn/paged_plan.h"
@@ -54,16 +56,31 @@ struct WsSharedTile {
   static_assert(attn::kBlockTokens == 64, "a stage holds two 64-key pieces");
 };
 
-// HwArrive (v12, written after the last GPU run of session 5, not yet run): each producer
-// thread hands its copies of a stage to the hardware (cp.async.mbarrier.arrive.noinc: the
-// `full` arrival happens when they land) instead of waiting for the previous stage's copies
-// after issuing the next, which put the producer's issue time on the consumers' path; the
-// consumers fence the async proxy after their wait (docs/perf-notes.md v12).
+// How the producer fills a stage.
+//   kCpAsync: every producer thread cp.asyncs its 16-byte chunks of the stage's 256 key rows,
+//     waits for the previous stage's copies after issuing this one's, and its warp arrives.
+//   kCpAsyncHw (v12): the same copies; each thread hands its copies of a stage to the hardware
+//     (cp.async.mbarrier.arrive.noinc: its `full` arrival happens when they land), so the
+//     producer never waits for its own copies; the consumers fence the async proxy after
+//     their wait (docs/perf-notes.md v12).
+//   kTma (v13): a whole 64-key piece is copied by TMA boxes of min(page_size, 64) keys x 64
+//     dims (K and V, two halves of the head dim: 8 boxes per piece at page size 64), which
+//     write the 128B-swizzled layout the wgmma descriptors read; one lane per box of producer
+//     warp 0 issues them after lane 0 added their bytes to `full`'s transaction count. A piece
+//     that is not whole (a segment's last, shorter piece, or none past the item's pieces) takes
+//     the cp.async path with zero fill, so keys past a piece are zeros, never stale pool data.
+//     Every producer thread then arrives through cp.async.mbarrier.arrive.noinc, as kCpAsyncHw.
+enum class WsLoads { kCpAsync, kCpAsyncHw, kTma };
+
 // PingPong: the two consumers take turns issuing their wgmmas (named barriers 3 and 4), so one
 // consumer's softmax runs while the other's products use the tensor cores.
-template <class T, bool PingPong, bool HwArrive = false>
-__global__ void __launch_bounds__(384, 1) shared_attention_ws_kernel(const PagedAttentionParams p) {
+// tk / tv: TMA maps of the K and V pools (kTma only; see encode_kv_tensor_map).
+template <class T, bool PingPong, WsLoads Loads = WsLoads::kCpAsync>
+__global__ void __launch_bounds__(384, 1)
+    shared_attention_ws_kernel(const PagedAttentionParams p, const __grid_constant__ CUtensorMap tk,
+                               const __grid_constant__ CUtensorMap tv) {
 #if HYDRAGEN_WGMMA
+  constexpr bool HwArrive = Loads != WsLoads::kCpAsync;
   using Tile = WsSharedTile<T>;
   constexpr int D = Tile::D;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -118,58 +135,130 @@ __global__ void __launch_bounds__(384, 1) shared_attention_ws_kernel(const Paged
       __syncwarp();
       if (lane == 0) wgmma::mbar_arrive(full_addr + 8 * stage);
     };
-    for (int item_index = blockIdx.x; item_index < item_count; item_index += gridDim.x) {
-      const attn::PlanItem it = p.items[item_index];
-      if (it.piece_count == 0) continue;
-      // Two-deep lookahead: block b's slots, block b + 1's pieces. The dependent loads (piece,
-      // then page) of later blocks are in flight while this thread waits for a free stage.
-      attn::PlanPiece pc[2];
-      int slot[2][8];
-      load_pieces(it, 0, pc);
-      lookup(pc, slot);
-      load_pieces(it, 2, pc);
-      for (int pi = 0; pi < it.piece_count; pi += 2) {
-        int next_slot[2][8];
-        lookup(pc, next_slot);     // block b + 1
-        load_pieces(it, pi + 4, pc);  // block b + 2
-        const int stage = issued % Tile::kStages;
-        wgmma::mbar_wait(empty_addr + 8 * stage, ((issued / Tile::kStages) & 1) ^ 1);
-        unsigned char* sk = skv + stage * Tile::kStageBytes;
-        unsigned char* sv = sk + Tile::kKvBytes;
+    // cp.async of one piece's keys (key0 + 8 i) into its half of a stage; zeros past it.
+    auto copy_piece = [&](const attn::PlanPiece& pc, int h, int kv_head, unsigned char* sk) {
+      unsigned char* sv = sk + Tile::kKvBytes;
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int i = 0; i < 8; ++i) {
-            const bool valid = slot[h][i] >= 0;  // zero-filled past the piece: P = 0 meets V = 0
-            const std::int64_t off = valid ? (std::int64_t{slot[h][i]} * p.kv_heads + it.kv_head) * D + c * 8 : 0;
-            const int o = swizzled_offset(64 * h + key0 + 8 * i, c, Tile::kKvHalf);
-            ptx::cp_async_16(sk + o, kp + off, valid);
-            ptx::cp_async_16(sv + o, vp + off, valid);
-          }
-        if constexpr (HwArrive) {
-          asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(full_addr + 8 * stage) : "memory");
-        } else {
-          ptx::cp_async_commit();
-          // The stage before this one is complete once at most this stage's group is in flight.
-          if (pending_stage >= 0) {
-            ptx::cp_async_wait<1>();
-            arrive_full(pending_stage);
-          }
-          pending_stage = stage;
-        }
-        ++issued;
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int i = 0; i < 8; ++i) slot[h][i] = next_slot[h][i];
+      for (int i = 0; i < 8; ++i) {
+        const int key = key0 + 8 * i, tok = pc.token_begin + key;
+        const bool valid = key < pc.tokens;
+        const std::int64_t slot =
+            valid ? (std::int64_t{__ldg(p.pages + pc.page_offset + (tok >> p.page_shift))} << p.page_shift) +
+                        (tok & (p.page_size - 1))
+                  : 0;
+        const std::int64_t off = (slot * p.kv_heads + kv_head) * D + c * 8;
+        const int o = swizzled_offset(64 * h + key, c, Tile::kKvHalf);
+        ptx::cp_async_16(sk + o, kp + off, valid);
+        ptx::cp_async_16(sv + o, vp + off, valid);
       }
-    }
-    if constexpr (HwArrive) {
+    };
+    if constexpr (Loads == WsLoads::kTma) {
+      // Lane l of warp 0 owns box l of a stage: piece h, chunk j of box_keys keys, head-dim
+      // half dh, tensor t (K or V).
+      const int box_keys = p.page_size < 64 ? p.page_size : 64;
+      const int boxes_per_piece = (64 / box_keys) * 4;
+      const int h = lane / boxes_per_piece, j = lane % boxes_per_piece / 4, dh = lane / 2 % 2, t = lane % 2;
+      const bool box_lane = warp == 0 && lane < 2 * boxes_per_piece;
+      auto whole = [&](const attn::PlanPiece& pc) {
+        return pc.tokens == 64 && (pc.token_begin & (box_keys - 1)) == 0;
+      };
+      // Pool slot of this lane's box in block (pieces) pc; -1 where its piece is not whole.
+      auto box_slot = [&](const attn::PlanPiece (&pc)[2]) {
+        const attn::PlanPiece piece = h == 0 ? pc[0] : pc[1];  // no dynamic index: pc stays in registers
+        if (!box_lane || !whole(piece)) return -1;
+        const int tok = piece.token_begin + j * box_keys;
+        return (__ldg(p.pages + piece.page_offset + (tok >> p.page_shift)) << p.page_shift) + (tok & (p.page_size - 1));
+      };
+      for (int item_index = blockIdx.x; item_index < item_count; item_index += gridDim.x) {
+        const attn::PlanItem it = p.items[item_index];
+        if (it.piece_count == 0) continue;
+        // Pieces two blocks ahead, this lane's box slot one block ahead.
+        attn::PlanPiece pc[2], next[2];
+        load_pieces(it, 0, pc);
+        load_pieces(it, 2, next);
+        int slot = box_slot(pc);
+        for (int pi = 0; pi < it.piece_count; pi += 2) {
+          attn::PlanPiece after[2];
+          load_pieces(it, pi + 4, after);
+          const int next_slot = box_slot(next);
+          const int stage = issued % Tile::kStages;
+          const std::uint32_t full = full_addr + 8 * stage;
+          wgmma::mbar_wait(empty_addr + 8 * stage, ((issued / Tile::kStages) & 1) ^ 1);
+          unsigned char* sk = skv + stage * Tile::kStageBytes;
+          const bool w0 = whole(pc[0]), w1 = whole(pc[1]);
+          if (warp == 0 && (w0 || w1)) {
+            if (lane == 0) wgmma::mbar_expect_tx(full, (int(w0) + int(w1)) * 2 * 64 * D * int(sizeof(T)));
+            __syncwarp();
+            if (slot >= 0)
+              wgmma::tma_load_3d(ptx::smem_addr(sk + t * Tile::kKvBytes + dh * Tile::kKvHalf + (64 * h + j * box_keys) * 128),
+                                 t == 0 ? static_cast<const void*>(&tk) : static_cast<const void*>(&tv), 64 * dh, it.kv_head,
+                                 slot, full);
+          }
+          if (!w0) copy_piece(pc[0], 0, it.kv_head, sk);
+          if (!w1) copy_piece(pc[1], 1, it.kv_head, sk);
+          wgmma::mbar_arrive_cp_async(full);
+          ++issued;
+#pragma unroll
+          for (int x = 0; x < 2; ++x) pc[x] = next[x], next[x] = after[x];
+          slot = next_slot;
+        }
+      }
       ptx::cp_async_commit();
       ptx::cp_async_wait<0>();  // nothing of this thread's in flight when it exits
-    } else if (pending_stage >= 0) {
-      ptx::cp_async_wait<0>();
-      arrive_full(pending_stage);
+    } else {
+      for (int item_index = blockIdx.x; item_index < item_count; item_index += gridDim.x) {
+        const attn::PlanItem it = p.items[item_index];
+        if (it.piece_count == 0) continue;
+        // Two-deep lookahead: block b's slots, block b + 1's pieces. The dependent loads (piece,
+        // then page) of later blocks are in flight while this thread waits for a free stage.
+        attn::PlanPiece pc[2];
+        int slot[2][8];
+        load_pieces(it, 0, pc);
+        lookup(pc, slot);
+        load_pieces(it, 2, pc);
+        for (int pi = 0; pi < it.piece_count; pi += 2) {
+          int next_slot[2][8];
+          lookup(pc, next_slot);     // block b + 1
+          load_pieces(it, pi + 4, pc);  // block b + 2
+          const int stage = issued % Tile::kStages;
+          wgmma::mbar_wait(empty_addr + 8 * stage, ((issued / Tile::kStages) & 1) ^ 1);
+          unsigned char* sk = skv + stage * Tile::kStageBytes;
+          unsigned char* sv = sk + Tile::kKvBytes;
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+              const bool valid = slot[h][i] >= 0;  // zero-filled past the piece: P = 0 meets V = 0
+              const std::int64_t off = valid ? (std::int64_t{slot[h][i]} * p.kv_heads + it.kv_head) * D + c * 8 : 0;
+              const int o = swizzled_offset(64 * h + key0 + 8 * i, c, Tile::kKvHalf);
+              ptx::cp_async_16(sk + o, kp + off, valid);
+              ptx::cp_async_16(sv + o, vp + off, valid);
+            }
+          if constexpr (HwArrive) {
+            wgmma::mbar_arrive_cp_async(full_addr + 8 * stage);
+          } else {
+            ptx::cp_async_commit();
+            // The stage before this one is complete once at most this stage's group is in flight.
+            if (pending_stage >= 0) {
+              ptx::cp_async_wait<1>();
+              arrive_full(pending_stage);
+            }
+            pending_stage = stage;
+          }
+          ++issued;
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int i = 0; i < 8; ++i) slot[h][i] = next_slot[h][i];
+        }
+      }
+      if constexpr (HwArrive) {
+        ptx::cp_async_commit();
+        ptx::cp_async_wait<0>();  // nothing of this thread's in flight when it exits
+      } else if (pending_stage >= 0) {
+        ptx::cp_async_wait<0>();
+        arrive_full(pending_stage);
+      }
     }
     return;
   }
@@ -309,16 +398,26 @@ __global__ void __launch_bounds__(384, 1) shared_attention_ws_kernel(const Paged
 }
 
 // Resident blocks per SM (1), or 0 when this build or device has no sm_90a code for it.
-template <class T, bool PingPong, bool HwArrive>
+template <class T, bool PingPong, WsLoads Loads>
 int prepare_shared_ws() {
   using Tile = WsSharedTile<T>;
-  return prepare_sm90_kernel(shared_attention_ws_kernel<T, PingPong, HwArrive>, Tile::kThreads, Tile::kSmemBytes);
+  return prepare_sm90_kernel(shared_attention_ws_kernel<T, PingPong, Loads>, Tile::kThreads, Tile::kSmemBytes);
 }
 
-template <class T, bool PingPong, bool HwArrive>
+// TMA map of a [slots, kv_heads, 128] pool (slots = pages * page_size) with boxes of
+// 64 dims x 1 head x min(page_size, 64) slots, 128-byte swizzle (paged_attention_runner.cu).
+CUtensorMap encode_kv_tensor_map(const void* pool, bool bf16, int kv_heads, int page_size);
+
+template <class T, bool PingPong, WsLoads Loads>
 void launch_shared_ws(const PagedAttentionParams& p, int grid, cudaStream_t stream) {
   using Tile = WsSharedTile<T>;
-  shared_attention_ws_kernel<T, PingPong, HwArrive><<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
+  CUtensorMap tk{}, tv{};
+  if constexpr (Loads == WsLoads::kTma) {
+    constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
+    tk = encode_kv_tensor_map(p.k_pool, bf16, p.kv_heads, p.page_size);
+    tv = encode_kv_tensor_map(p.v_pool, bf16, p.kv_heads, p.page_size);
+  }
+  shared_attention_ws_kernel<T, PingPong, Loads><<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p, tk, tv);
 }
 
 }  // namespace hydragen::cuda

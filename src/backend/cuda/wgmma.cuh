@@ -101,6 +101,25 @@ __device__ __forceinline__ void mbar_wait(std::uint32_t addr, int parity) {
       "{\n.reg .pred done;\nWAIT_%=:\nmbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n"
       "@!done bra WAIT_%=;\n}\n" ::"r"(addr), "r"(parity) : "memory");
 }
+// Adds `bytes` to the transaction count the current phase waits for (no arrival).
+__device__ __forceinline__ void mbar_expect_tx(std::uint32_t addr, int bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(addr), "r"(bytes) : "memory");
+}
+// This thread's arrival, made by the hardware once its earlier cp.async copies have landed
+// (noinc: counts as one of the arrivals the barrier was initialised with).
+__device__ __forceinline__ void mbar_arrive_cp_async(std::uint32_t addr) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(addr) : "memory");
+}
+// TMA: the box of a 3-d tensor map at coordinates (c0 innermost) into shared memory at `dst`;
+// its bytes complete the transaction count of the mbarrier at `mbar`. `tmap` is the generic
+// address of a __grid_constant__ CUtensorMap kernel parameter.
+__device__ __forceinline__ void tma_load_3d(std::uint32_t dst, const void* tmap, int c0, int c1, int c2,
+                                            std::uint32_t mbar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<std::uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(mbar)
+      : "memory");
+}
 // Register budget of the executing warpgroup (multiple of 8, 24..256).
 template <int N>
 __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
