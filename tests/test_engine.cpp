@@ -13,6 +13,7 @@ namespace {
 
 using engine::AttentionChoice;
 using engine::Completion;
+using engine::EngineStats;
 using engine::GenerationRequest;
 
 std::unique_ptr<engine::ModelRunner> cpu_runner(const test::FixtureModel& m, std::int64_t pages = 256,
@@ -238,6 +239,47 @@ TEST(Engine, StopsAtStopTokensAndStringsAndLength) {
                                                             expected.begin() + 1));
   EXPECT_EQ(out[2].finish_reason, "length");
   EXPECT_EQ(out[2].tokens.size(), 3u);
+}
+
+// EngineOptions::plan_ahead: the next step's plan is built during the current step and used
+// only when the next step's layout is the same. Sequences that finish at different steps (by
+// length and at stop tokens, which no plan can foresee), more requests than max_running
+// (admitted while others run) and sampled tokens: the same tokens and logprobs with and
+// without it, and both outcomes occur (plans used; plans discarded after a stop).
+TEST(Engine, PlansBuiltAheadGiveTheSameTokens) {
+  const test::FixtureModel m = test::load_fixture_model("tiny-llama");
+  std::mt19937 rng(5);
+  const std::vector<std::int32_t> shared = test::random_tokens(rng, 90, 512);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 12; ++i) {
+    GenerationRequest r = test::greedy_request(test::extended(shared, rng, 1 + i % 9), 6 + (i * 5) % 17, 1 + i % 2);
+    if (i % 3 == 1) r.sampling = {0.8f, 30, 0.9f, 0.0f, static_cast<std::uint64_t>(100 + i)};
+    if (i % 4 == 2)  // an even token stops it: most likely within a few steps, while others run on
+      for (std::int32_t id = 0; id < 512; id += 2) r.stop_token_ids.push_back(id);
+    requests.push_back(std::move(r));
+  }
+  auto run = [&](bool ahead, EngineStats& stats) {
+    auto runner = cpu_runner(m, 1024);
+    engine::EngineOptions options;
+    options.plan_ahead = ahead;
+    options.max_running = 7;  // the rest wait and join as others finish
+    engine::Engine engine(*runner, options);
+    std::vector<Completion> out = engine.generate(requests);
+    stats = engine.stats();
+    return out;
+  };
+  EngineStats with_ahead, without;
+  const std::vector<Completion> a = run(true, with_ahead), b = run(false, without);
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].tokens, b[i].tokens) << "completion " << i;
+    EXPECT_EQ(a[i].logprobs, b[i].logprobs) << "completion " << i;
+    EXPECT_EQ(a[i].finish_reason, b[i].finish_reason) << "completion " << i;
+  }
+  EXPECT_EQ(without.plans_built_ahead + without.plans_ahead_discarded, 0);
+  EXPECT_GT(with_ahead.plans_built_ahead, 0);
+  EXPECT_GT(with_ahead.plans_ahead_discarded, 0);  // a stop token ended a sequence the plan held
+  EXPECT_EQ(with_ahead.decode_steps, without.decode_steps);
 }
 
 TEST(Engine, SameSeedSameTokensAndSampleIUsesSeedPlusI) {

@@ -67,6 +67,7 @@ struct PagedLayout {
     std::int64_t tokens = 0;
     std::vector<std::int32_t> pages;  // ceil((first_slot + tokens) / page_size) page ids
     std::int32_t first_slot = 0;      // slot of the first token in pages[0], [0, page_size)
+    bool operator==(const SegmentPages&) const = default;
   };
   struct SequencePages {
     int parent = kNoParent;
@@ -74,9 +75,11 @@ struct PagedLayout {
     std::vector<std::int32_t> pages;  // ceil((first_slot + suffix_tokens) / page_size) page ids
     int query_tokens = 1;
     std::int32_t first_slot = 0;  // slot of the first suffix token in pages[0], [0, page_size)
+    bool operator==(const SequencePages&) const = default;
   };
   std::vector<SegmentPages> segments;
   std::vector<SequencePages> sequences;
+  bool operator==(const PagedLayout&) const = default;
 };
 
 // Plain structs copied byte for byte to the device (int32 fields only).

@@ -54,8 +54,10 @@ class CpuModelRunner final : public ModelRunner {
     return options;
   }
 
-  SampledTokens step(const StepRows& rows, const attn::AttentionPlan* plan, const StepSampling* sampling) override {
+  SampledTokens step(const StepRows& rows, const attn::AttentionPlan* plan, const StepSampling* sampling,
+                     const std::function<void()>& while_running) override {
     const Tensor logits = model_.forward_paged(rows, plan, kv_, sampling != nullptr);
+    if (while_running) while_running();  // the host computes: nothing to overlap
     SampledTokens out;
     if (sampling == nullptr) return out;
     HG_CHECK(static_cast<std::int64_t>(sampling->params.size()) == rows.size() &&

@@ -10,9 +10,11 @@
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/model_ops.h"
@@ -103,13 +105,18 @@ class CudaModelRunner final : public ModelRunner {
     HG_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     return prop.name;
   }
+  // Asked every step (by the engine and by upload): the first answer per mode is kept, as
+  // working it out queries every kernel's occupancy.
   attn::PlanOptions plan_options(AttentionMode mode) const override {
-    return cuda::plan_options_for_device(DType::bf16, static_cast<int>(config().head_dim), mode, true);
+    auto& cached = plan_options_[static_cast<std::size_t>(mode)];
+    if (!cached) cached = cuda::plan_options_for_device(DType::bf16, static_cast<int>(config().head_dim), mode, true);
+    return *cached;
   }
   double last_step_device_seconds() const override { return last_device_seconds_; }
   std::int64_t max_step_rows() const override { return capacity_; }
 
-  SampledTokens step(const StepRows& rows, const attn::AttentionPlan* plan, const StepSampling* sampling) override {
+  SampledTokens step(const StepRows& rows, const attn::AttentionPlan* plan, const StepSampling* sampling,
+                     const std::function<void()>& while_running) override {
     check_step_rows(rows, config(), kv_, plan);
     const std::int64_t n = rows.size();
     HG_CHECK(n <= capacity_, "CudaModelRunner::step: ", n, " rows, the buffers hold ", capacity_);
@@ -137,6 +144,7 @@ class CudaModelRunner final : public ModelRunner {
       HG_CUDA_CHECK(cudaMemcpyAsync(host_out_tokens_, out_tokens_, n * sizeof(std::int32_t), cudaMemcpyDeviceToHost, stream_));
       HG_CUDA_CHECK(cudaMemcpyAsync(host_out_logprobs_, out_logprobs_, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
     }
+    if (while_running) while_running();  // host work under the device's
     HG_CUDA_CHECK(cudaStreamSynchronize(stream_));
     float ms = 0;
     HG_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
@@ -286,6 +294,7 @@ class CudaModelRunner final : public ModelRunner {
   float* out_logprobs_ = nullptr;
   GraphMap graphs_;
   bool graphs_ok_ = true;
+  mutable std::array<std::optional<attn::PlanOptions>, 3> plan_options_;  // per AttentionMode
   double last_device_seconds_ = -1;
 };
 

@@ -295,7 +295,7 @@ void Engine::prefill(const std::vector<kv::NodeId>& nodes) {
       std::optional<attn::AttentionPlan> plan;
       if (options_.attention != AttentionChoice::none)
         plan = attn::build_attention_plan(builder.layout, prefill_options);
-      runner_.step(rows, plan ? &*plan : nullptr, nullptr);
+      runner_.step(rows, plan ? &*plan : nullptr, nullptr, {});
       stats_.prefill_tokens += rows.size();
       for (kv::NodeId id : finished) {
         tree_->set_filled(id);
@@ -306,18 +306,28 @@ void Engine::prefill(const std::vector<kv::NodeId>& nodes) {
   }
 }
 
-attn::PagedLayout Engine::decode_layout() const {
+attn::PagedLayout Engine::decode_layout(int ahead) const {
   const int ps = pool_.page_size();
   LayoutBuilder builder(*tree_, runner_.config(), ps);
   for (const auto& seq : running_) {
     attn::PagedLayout::SequencePages pages;
     pages.parent = builder.segment(seq->leaf);
-    pages.suffix_tokens = seq->own_tokens + 1;
+    pages.suffix_tokens = seq->own_tokens + 1 + ahead;
     pages.pages.assign(seq->pages.begin(), seq->pages.begin() + ceil_div(pages.suffix_tokens, ps));
     pages.query_tokens = 1;
     builder.layout.sequences.push_back(std::move(pages));
   }
   return std::move(builder.layout);
+}
+
+bool Engine::all_continue_after_this_step() const {
+  const int ps = pool_.page_size();
+  for (const auto& seq : running_) {
+    if (static_cast<std::int64_t>(completions_[seq->completion].tokens.size()) + 1 >= seq->request->max_new_tokens ||
+        ceil_div(seq->own_tokens + 2, ps) > static_cast<std::int64_t>(seq->pages.size()))
+      return false;
+  }
+  return true;
 }
 
 bool Engine::decode_step() {
@@ -341,13 +351,30 @@ bool Engine::decode_step() {
   if (per_sequence > stats_.per_sequence_tokens) stats_.stored_tokens = stored, stats_.per_sequence_tokens = per_sequence;
 
   std::optional<attn::AttentionPlan> plan;
+  std::function<void()> plan_next;
   if (options_.attention != AttentionChoice::none) {
     const AttentionMode mode = options_.attention == AttentionChoice::hydragen ? AttentionMode::hydragen
                                : options_.attention == AttentionChoice::paged  ? AttentionMode::paged
                                                                                 : AttentionMode::dense;
-    plan = attn::build_attention_plan(layout, runner_.plan_options(mode));
+    // The plan built during the last step is this step's only if the layout is the same one
+    // (nobody finished, joined or skipped tokens since): a plan is a function of its layout.
+    if (plan_ahead_ && plan_ahead_->layout == layout) {
+      plan = std::move(plan_ahead_->plan);
+      stats_.plans_built_ahead += 1;
+    } else {
+      stats_.plans_ahead_discarded += plan_ahead_ ? 1 : 0;
+      plan = attn::build_attention_plan(layout, runner_.plan_options(mode));
+    }
+    plan_ahead_.reset();
+    if (options_.plan_ahead && all_continue_after_this_step()) {
+      plan_next = [this, mode] {
+        attn::PagedLayout next = decode_layout(1);
+        attn::AttentionPlan next_plan = attn::build_attention_plan(next, runner_.plan_options(mode));
+        plan_ahead_ = PlanAhead{std::move(next), std::move(next_plan)};
+      };
+    }
   }
-  const SampledTokens out = runner_.step(rows, plan ? &*plan : nullptr, &sampling);
+  const SampledTokens out = runner_.step(rows, plan ? &*plan : nullptr, &sampling, plan_next);
 
   std::vector<std::unique_ptr<Sequence>> still;
   for (std::size_t i = 0; i < running_.size(); ++i) {

@@ -8,6 +8,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -55,6 +56,9 @@ struct EngineOptions {
   // Called with a completion once it is final (finished, or failed with its error), so a
   // caller can write it out at once: a long run loses nothing already done.
   std::function<void(const Completion&)> on_finish;
+  // Build the next decode step's attention plan while the device runs this one (used only
+  // when the next step's layout turns out identical; off: every plan built in its own step).
+  bool plan_ahead = true;
 };
 
 struct EngineStats {
@@ -64,6 +68,9 @@ struct EngineStats {
   // At the step with the most context held: tokens whose K/V is stored (once) versus what
   // storing every sequence's whole context separately would take.
   std::int64_t stored_tokens = 0, per_sequence_tokens = 0;
+  // Decode steps whose plan was built during the step before (EngineOptions::plan_ahead), and
+  // plans built ahead that the next step could not use (its layout had changed).
+  std::int64_t plans_built_ahead = 0, plans_ahead_discarded = 0;
 };
 
 class Engine {
@@ -100,7 +107,11 @@ class Engine {
   void prefill(const std::vector<kv::NodeId>& nodes);
   void finish(Sequence& seq, const char* reason);
   bool hit_stop_string(const Sequence& seq) const;
-  attn::PagedLayout decode_layout() const;
+  // The running sequences' layout `ahead` decode steps from now, if none leaves or joins.
+  attn::PagedLayout decode_layout(int ahead = 0) const;
+  // Whether every running sequence takes part in the next decode step as well (none finishes
+  // by length in this one, each has pages for it): only then is a plan built ahead.
+  bool all_continue_after_this_step() const;
 
   ModelRunner& runner_;
   EngineOptions options_;
@@ -111,6 +122,12 @@ class Engine {
   std::vector<std::unique_ptr<Sequence>> running_;
   std::vector<Completion> completions_;
   EngineStats stats_;
+  // The next decode step's plan and the layout it was built for (EngineOptions::plan_ahead).
+  struct PlanAhead {
+    attn::PagedLayout layout;
+    attn::AttentionPlan plan;
+  };
+  std::optional<PlanAhead> plan_ahead_;
 };
 
 }  // namespace hydragen::engine

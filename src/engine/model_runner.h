@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -59,7 +60,10 @@ class ModelRunner {
   virtual attn::PlanOptions plan_options(AttentionMode mode) const = 0;
   // Runs one step. plan == nullptr: attention skipped (`none`). With `sampling` (one entry
   // per row) returns one sampled token per row; without, only writes K/V (prefill).
-  virtual SampledTokens step(const StepRows& rows, const attn::AttentionPlan* plan, const StepSampling* sampling) = 0;
+  // while_running (may be empty): host work done while the device runs the step (the engine
+  // builds the next step's plan there); a runner that computes on the host calls it after.
+  virtual SampledTokens step(const StepRows& rows, const attn::AttentionPlan* plan, const StepSampling* sampling,
+                             const std::function<void()>& while_running) = 0;
   // K/V of slot src[i] copied to slot dst[i] in every layer (the dense mode's own copies).
   virtual void copy_slots(std::span<const std::int32_t> src, std::span<const std::int32_t> dst) = 0;
   // Seconds of device time of the last step when the runner can tell (CUDA events), else -1.
