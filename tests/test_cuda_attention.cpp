@@ -359,6 +359,28 @@ TEST(CudaAttention, MhaDecodeUnderStackedPrefixMatchesReference) {
 #endif
 }
 
+// The default shared kernel for plans of full 128-row tiles (the warp-specialized TMA kernel)
+// in fp16 as well as bf16: 64 sequences x 4 rows per KV head under a 1000-token prefix, whose
+// last piece is partial (TMA and cp.async fill the same stage), page sizes 64 and 16.
+TEST(CudaAttention, FullTilePlansMatchReferenceInF16AndBf16) {
+  SKIP_WITHOUT_GPU();
+#ifdef HYDRAGEN_WITH_CUDA
+  Rng rng;
+  SCOPED_TRACE(rng.trace());
+  TreeShape shape;
+  shape.batch = 64;
+  shape.hkv = 2;
+  shape.groups = 4;
+  shape.head_dim = 128;
+  shape.segment_lengths = {1000};
+  shape.suffix_lengths = {1, 5, 0};
+  for (const DType dtype : {DType::f16, DType::bf16})
+    for (const int page_size : {64, 16})
+      check_against_reference(shape, dtype, AttentionMode::hydragen, page_size, rng,
+                              concat("full tiles ", dtype_name(dtype), " page ", page_size));
+#endif
+}
+
 // The decode kernel's two builds on the same plans, forced (HYDRAGEN_DECODE_NARROW /
 // HYDRAGEN_DECODE_WIDE): the narrow one (one-row items only, 20 warps per SM) and the wide
 // one, against the float64 reference. One- and two-row items (MHA, T <= 2) whose suffixes end
