@@ -154,7 +154,8 @@ __global__ void __launch_bounds__(384, 1)
     };
     if constexpr (Loads == WsLoads::kTma) {
       // Lane l of warp 0 owns box l of a stage: piece h, chunk j of box_keys keys, head-dim
-      // half dh, tensor t (K or V).
+      // half dh, tensor t (K or V). Page sizes are multiples of 16 (build_attention_plan), so a
+      // stage has at most 2 x 4 x 4 = 32 boxes: one per lane.
       const int box_keys = p.page_size < 64 ? p.page_size : 64;
       const int boxes_per_piece = (64 / box_keys) * 4;
       const int h = lane / boxes_per_piece, j = lane % boxes_per_piece / 4, dh = lane / 2 % 2, t = lane % 2;
