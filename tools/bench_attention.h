@@ -68,6 +68,8 @@ double attention_kv_bytes_held(const AttentionPoint& point, const std::string& m
 void register_bench_attention(CLI::App& bench);
 // `hydragen bench e2e` (tools/bench_e2e.cpp).
 void register_bench_e2e(CLI::App& bench);
+// `hydragen bench host` (tools/bench_host.cpp): the engine's host work per decode step.
+void register_bench_host(CLI::App& bench);
 void run_bench_attention(const BenchAttentionOptions& options);
 
 }  // namespace hydragen::bench

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   bench->require_subcommand(1);
   hydragen::bench::register_bench_attention(*bench);
   hydragen::bench::register_bench_e2e(*bench);
+  hydragen::bench::register_bench_host(*bench);
 #endif
   hydragen::cli::register_generate(app);
 
