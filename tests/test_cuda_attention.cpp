@@ -381,6 +381,57 @@ TEST(CudaAttention, FullTilePlansMatchReferenceInF16AndBf16) {
 #endif
 }
 
+// The four-lanes-per-item decode kernel (decode_quad.cuh, opt-in HYDRAGEN_DECODE_KERNEL=quad;
+// written after session 6's last GPU run) against the float64 reference: one-row items alone
+// in their merge group (MHA decode) with suffixes on and around its 4-key blocks and the
+// 64-key pieces, empty ones, one or several stacked columns to merge (depth 1-3, forced
+// stacking), page sizes 16 and 64, d 64 and 128, bf16; plans it does not serve (split
+// suffixes, GQA rows, two query tokens) must fall back to the warp kernel, and do.
+TEST(CudaAttention, QuadDecodeKernelMatchesReference) {
+  SKIP_WITHOUT_GPU();
+#ifdef HYDRAGEN_WITH_CUDA
+  Rng rng;
+  SCOPED_TRACE(rng.trace());
+  const ScopedEnv suffix_env("HYDRAGEN_SUFFIX_KERNEL", "decode");
+  const ScopedEnv quad_env("HYDRAGEN_DECODE_KERNEL", "quad");
+  int quad_runs = 0, fallbacks = 0;
+  for (int trial = 0; trial < 16; ++trial) {
+    testing::PagedShape shape;
+    shape.page_size = trial % 2 ? 16 : 64;
+    shape.head_dim = trial / 2 % 2 ? 64 : 128;
+    shape.groups = trial % 8 == 7 ? 4 : 1;
+    shape.kv_heads = rng.uniform_int(1, 3);
+    shape.depth = rng.uniform_int(1, 3);
+    shape.batch = trial >= 14 ? 1024 : rng.pick(std::vector<int>{5, 40, 130});
+    shape.suffix_lengths = {0, 1, 2, 3, 4, 5, 63, 64, 65, 128, 200};
+    shape.max_query_tokens = trial % 8 == 3 ? 2 : 1;
+    shape.round_to_bf16 = true;
+    const AttentionMode mode = trial % 4 == 2 ? AttentionMode::paged : AttentionMode::hydragen;
+    const testing::PagedCase c = testing::random_paged_case(shape, rng);
+    attn::PlanOptions options = cuda::plan_options_for_device(DType::bf16, shape.head_dim, mode, true);
+    if (trial % 5 == 4) options.suffix_min_split_tokens = 32;  // split suffixes: not the quad kernel's
+    if (mode == AttentionMode::hydragen && trial % 3 == 0)
+      options.min_sharers_to_stack = 1, options.min_segment_tokens_to_stack = 1, options.fold_when_stacking_saves_little = false;
+    const attn::AttentionPlan plan = attn::build_attention_plan(c.layout, options);
+    int variant = 0;
+    const AttentionState got = run_on_device(c, plan, options.shared_tile_rows, &variant);
+    const AttentionState ref = reference_tree_attention(c.tree, c.q);
+    const bool quad = (variant & 8) != 0;
+    const std::string what = concat("trial ", trial, " ", mode_name(mode), " page ", shape.page_size, " d ",
+                                    shape.head_dim, " G ", shape.groups, " Hkv ", shape.kv_heads, " depth ", shape.depth,
+                                    " batch ", shape.batch, " T<=", shape.max_query_tokens, " stacked ",
+                                    plan.stacked_segments, quad ? " (quad)" : " (warp)");
+    EXPECT_EQ(quad, (variant & 1) != 0 && cuda::suffix_items_are_lone_rows(plan)) << what;
+    quad_runs += quad;
+    fallbacks += !quad;
+    EXPECT_LE(relative_norm_error(got.o, ref.o), 5e-3) << what;
+    expect_lse_near(got.lse, ref.lse, what);
+  }
+  EXPECT_GE(quad_runs, 6);
+  EXPECT_GT(fallbacks, 0);
+#endif
+}
+
 // The decode kernel's two builds on the same plans, forced (HYDRAGEN_DECODE_NARROW /
 // HYDRAGEN_DECODE_WIDE): the narrow one (one-row items only, 20 warps per SM) and the wide
 // one, against the float64 reference. One- and two-row items (MHA, T <= 2) whose suffixes end
@@ -446,6 +497,21 @@ attn::AttentionPlan one_segment_plan(int batch, int kv_heads, int q_heads, std::
   return attn::build_attention_plan(testing::one_segment_layout(batch, kv_heads, q_heads, context, suffix), options);
 }
 #endif
+
+// The plans the four-lanes-per-item decode kernel serves: one-row suffix items, each alone in
+// its merge group (MHA decode under a stacked prefix, and paged MHA over short contexts);
+// not GQA rows or a long context split across items. No GPU needed: host code.
+TEST(CudaDispatch, QuadDecodeServesLoneOneRowItems) {
+#ifdef HYDRAGEN_WITH_CUDA
+  EXPECT_TRUE(cuda::suffix_items_are_lone_rows(one_segment_plan(1024, 40, 40, 16384, 1, AttentionMode::hydragen)));
+  EXPECT_TRUE(cuda::suffix_items_are_lone_rows(one_segment_plan(1024, 40, 40, 2048, 64, AttentionMode::hydragen)));
+  EXPECT_TRUE(cuda::suffix_items_are_lone_rows(one_segment_plan(1024, 40, 40, 1024, 1, AttentionMode::paged)));
+  EXPECT_FALSE(cuda::suffix_items_are_lone_rows(one_segment_plan(64, 8, 32, 1024, 1, AttentionMode::hydragen)));
+  EXPECT_FALSE(cuda::suffix_items_are_lone_rows(one_segment_plan(1, 40, 40, 32768, 1, AttentionMode::paged)));
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
 
 // The suffix kernel choice: the decode kernel when the suffix items are short per item AND
 // per merge group, else the mma kernel. Yi-6B's shape (32/4) paged over a 20K document takes

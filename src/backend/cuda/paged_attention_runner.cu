@@ -10,6 +10,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/decode_attention.cuh"
+#include "backend/cuda/decode_quad.cuh"
 #include "backend/cuda/paged_attention.cuh"
 #include "backend/cuda/shared_attention.cuh"
 #include "backend/cuda/shared_attention_ws.cuh"
@@ -85,6 +86,11 @@ int prepare_decode() {
 }
 constexpr int kDecodeItemsPerBlock = 4;  // DecodeShape::kWarps
 
+template <class T, int D>
+void launch_decode_quad(const PagedAttentionParams& p, int grid, cudaStream_t stream) {
+  decode_quad_kernel<T, D><<<grid, QuadShape<T, D>::kThreads, 0, stream>>>(p);
+}
+
 }  // namespace
 
 // Which kernel runs the suffix launch, chosen at upload from the plan: the decode kernel
@@ -121,6 +127,9 @@ struct KernelPair {
   LaunchFn decode = nullptr;  // the suffix launch when set
   int decode_blocks_per_sm = 0;
   LaunchFn decode_narrow = nullptr;  // the decode kernel for one-row items only (3 blocks per SM)
+  // decode_quad.cuh (four lanes per item): for plans whose suffix items are lone one-row items,
+  // opt-in HYDRAGEN_DECODE_KERNEL=quad (v14-suffix, not yet measured).
+  LaunchFn decode_quad = nullptr;
   bool shared_wgmma = false;  // the shared launch is shared_attention.cuh's kernel
   // The warp-specialized TMA kernel (shared_attention_ws.cuh, ws-pp-tma), run in place of
   // `shared` for plans split for its slots (AttentionPlan::shared_full_tiles). H200 A/B with it
@@ -199,6 +208,11 @@ KernelPair kernels_for(int shared_tile_rows) {
   k.decode = launch_decode<T, D, 2, 8>, k.decode_blocks_per_sm = prepare_decode<T, D, 2, 8>();
   k.decode_narrow = launch_decode<T, D, 3, 1>;
   prepare_decode<T, D, 3, 1>();
+  if (const char* env = std::getenv("HYDRAGEN_DECODE_KERNEL")) {
+    HG_CHECK(std::string(env) == "quad" || std::string(env) == "warp", "HYDRAGEN_DECODE_KERNEL=", env,
+             ": unknown kernel (warp, quad)");
+    if (std::string(env) == "quad") k.decode_quad = launch_decode_quad<T, D>;
+  }
   return k;
 }
 
@@ -235,6 +249,12 @@ int multiprocessors() {
 }
 
 }  // namespace
+
+bool suffix_items_are_lone_rows(const attn::AttentionPlan& plan) {
+  for (const attn::PlanItem& it : plan.suffix_items)
+    if (it.row_count != 1 || plan.groups[static_cast<std::size_t>(it.group)].items != 1) return false;
+  return true;
+}
 
 bool supported_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128; }
 
@@ -277,6 +297,8 @@ struct PagedAttentionRunner::Impl {
   bool shared_ws = false;     // set by upload (shared_runs_ws_kernel)
   bool suffix_decode = true;  // set by upload (suffix_runs_decode_kernel)
   bool decode_narrow = false;  // set by upload: every suffix item has one row
+  bool decode_quad = false;    // set by upload: decode_quad_kernel serves the plan (opt-in)
+  int decode_quad_grid = 0;
   std::int32_t* pages = nullptr;
   attn::PlanPiece* pieces = nullptr;
   attn::PlanRow* rows = nullptr;
@@ -304,6 +326,7 @@ PagedAttentionRunner::PagedAttentionRunner(DType dtype, int head_dim, int q_head
   m.suffix_grid = static_cast<int>(std::min<std::int64_t>(capacity.suffix_items, sms * m.kernels.suffix_blocks_per_sm));
   // decode: one warp per item, blocks past the item count exit at once
   m.decode_grid = static_cast<int>((capacity.suffix_items + kDecodeItemsPerBlock - 1) / kDecodeItemsPerBlock);
+  m.decode_quad_grid = static_cast<int>((capacity.suffix_items + 31) / 32);  // QuadShape::kItemsPerBlock
   m.pages = device_array<std::int32_t>(capacity.pages);
   m.pieces = device_array<attn::PlanPiece>(capacity.pieces);
   m.rows = device_array<attn::PlanRow>(capacity.rows);
@@ -349,6 +372,7 @@ void PagedAttentionRunner::upload(const attn::AttentionPlan& plan) {
                                       ((items <= 8192 || pieces <= 2 * items) &&
                                        std::getenv("HYDRAGEN_DECODE_WIDE") == nullptr));
   }
+  m.decode_quad = m.kernels.decode_quad != nullptr && m.suffix_decode && suffix_items_are_lone_rows(plan);
   copy_to(m.pieces, plan.pieces, m.capacity.pieces, "pieces");
   copy_to(m.rows, plan.rows, m.capacity.rows, "rows");
   copy_to(m.shared_items, plan.shared_items, m.capacity.shared_items, "shared items");
@@ -362,7 +386,8 @@ void PagedAttentionRunner::upload(const attn::AttentionPlan& plan) {
 }
 
 int PagedAttentionRunner::launch_variant() const {
-  return (impl_->suffix_decode ? 1 : 0) | (impl_->decode_narrow ? 2 : 0) | (impl_->shared_ws ? 4 : 0);
+  return (impl_->suffix_decode ? 1 : 0) | (impl_->decode_narrow ? 2 : 0) | (impl_->shared_ws ? 4 : 0) |
+         (impl_->decode_quad ? 8 : 0);
 }
 
 void PagedAttentionRunner::poison_states() {
@@ -394,7 +419,8 @@ void PagedAttentionRunner::run(const PagedAttentionArgs& args, void* stream, boo
   }
   if (shared_only || m.suffix_grid == 0) return;
   p.items = m.suffix_items, p.item_count = m.counts + 1;
-  if (m.suffix_decode) (m.decode_narrow ? m.kernels.decode_narrow : m.kernels.decode)(p, m.decode_grid, st);
+  if (m.decode_quad) m.kernels.decode_quad(p, m.decode_quad_grid, st);
+  else if (m.suffix_decode) (m.decode_narrow ? m.kernels.decode_narrow : m.kernels.decode)(p, m.decode_grid, st);
   else m.kernels.suffix(p, m.suffix_grid, st);
   HG_CUDA_CHECK(cudaGetLastError());
 }

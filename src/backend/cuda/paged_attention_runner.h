@@ -55,6 +55,10 @@ attn::PlanOptions plan_options_for_device(DType dtype, int head_dim, AttentionMo
 // runner's choice at upload (rule and A/B numbers in paged_attention_runner.cu). Host only.
 bool suffix_runs_decode_kernel(const attn::AttentionPlan& plan);
 
+// Whether every suffix item of `plan` has one row and is its merge group's only item: the
+// plans decode_quad.cuh's kernel serves (opt-in HYDRAGEN_DECODE_KERNEL=quad). Host only.
+bool suffix_items_are_lone_rows(const attn::AttentionPlan& plan);
+
 class PagedAttentionRunner {
  public:
   // shared_tile_rows must match the plan's (PlanOptions::shared_tile_rows).

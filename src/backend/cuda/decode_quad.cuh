@@ -1,0 +1,187 @@
+// The suffix kernel for one-row items that are alone in their merge group (MHA decode: one
+// query row per sequence and head, its suffix not split), four lanes per item (v14-suffix,
+// written in session 6 after its last GPU run; opt-in HYDRAGEN_DECODE_KERNEL=quad until an A/B
+// says otherwise: docs/perf-notes.md v14-suffix).
+//
+// Why: decode_attention.cuh gives each item a warp. An MHA step at batch 1024 has 40960 such
+// items, 26 per warp in flight one after another, each a chain of ~8 dependent memory round
+// trips (item, row, Q, piece, page, K/V, the shared states, the output): 40/40 B=1024 with a
+// one-key suffix spends ~0.16 ms in that launch for ~105 MB of traffic (25 us at copy rate).
+// Here a quad (four lanes) owns an item and each lane D / 4 of its dims, so a warp runs eight
+// items side by side and a launch needs ~5 rounds of chains instead of 26.
+//
+// Per item: Q (D / 4 dims per lane, fp32, scale folded in); the keys in blocks of kBlockKeys,
+// every K and V load of a block issued before any is used; a key's score is the quad's sum of
+// its lanes' partial dot products (two shuffles within the quad); online softmax per block
+// (one rescale per block, exp2 domain); then the merge with the group's other columns (the
+// stacked segments' states, complete: the shared launch precedes this one) in column order,
+// as merge_states_chunk, and the output row and its lse. The arithmetic matches
+// decode_attention.cuh's up to the order of the softmax's rescales.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "attn/paged_plan.h"
+#include "backend/cuda/attention_state.cuh"
+#include "backend/cuda/decode_attention.cuh"
+#include "backend/cuda/paged_attention.cuh"
+
+namespace hydragen::cuda {
+
+template <class T, int D>
+struct QuadShape {
+  static constexpr int kThreads = 128;            // 32 items per block
+  static constexpr int kItemsPerBlock = kThreads / 4;
+  static constexpr int kDims = D / 4;             // dims per lane: 32 (D 128) or 16 (D 64)
+  static constexpr int kLoads = kDims * static_cast<int>(sizeof(T)) / 16;  // 16-byte loads per lane per row
+  static constexpr int kBlockKeys = 4;            // keys whose K and V are in flight together
+  static_assert(D == 64 || D == 128);
+};
+
+// The quad's sum of x (its four lanes hold partial sums of the same quantity).
+__device__ __forceinline__ float quad_sum(float x, unsigned mask) {
+  x += __shfl_xor_sync(mask, x, 1);
+  x += __shfl_xor_sync(mask, x, 2);
+  return x;
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(QuadShape<T, D>::kThreads, 2) decode_quad_kernel(const PagedAttentionParams p) {
+  using Shape = QuadShape<T, D>;
+  constexpr int DQ = Shape::kDims, KB = Shape::kBlockKeys, NL = Shape::kLoads;
+  const int lane = threadIdx.x % 32, sub = lane % 4;
+  const unsigned mask = 0xFu << (lane & ~3);  // this quad's lanes
+  const int item_index = blockIdx.x * Shape::kItemsPerBlock + threadIdx.x / 4;
+  if (item_index >= *p.item_count) return;  // whole quads leave together
+  const attn::PlanItem it = p.items[item_index];
+  const attn::PlanRow row = p.rows[it.row_begin];  // one row (the runner's choice)
+  const attn::PlanMergeGroup grp = p.groups[it.group];
+  const int group_size = p.q_heads / p.kv_heads;
+  const int head = it.kv_head * group_size + row.group;
+  const std::int64_t qi = std::int64_t{row.token} * p.q_heads + head;
+  const T* kp = static_cast<const T*>(p.k_pool);
+  const T* vp = static_cast<const T*>(p.v_pool);
+
+  float q[DQ];
+  {
+    const uint4* src = reinterpret_cast<const uint4*>(static_cast<const T*>(p.q) + qi * D + sub * DQ);
+#pragma unroll
+    for (int c = 0; c < NL; ++c) {
+      float f[8];
+      unpack8<T>(src[c], f);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) q[c * 8 + i] = f[i] * p.scale_log2;
+    }
+  }
+  float m = -INFINITY, l = 0.f, acc[DQ];
+#pragma unroll
+  for (int i = 0; i < DQ; ++i) acc[i] = 0.f;
+
+  for (int pi = 0; pi < it.piece_count; ++pi) {
+    const attn::PlanPiece piece = p.pieces[it.piece_begin + pi];
+    for (int k0 = 0; k0 < piece.tokens; k0 += KB) {
+      // Every K and V load of the block first.
+      uint4 kr[KB][NL], vr[KB][NL];
+#pragma unroll
+      for (int j = 0; j < KB; ++j) {
+#pragma unroll
+        for (int c = 0; c < NL; ++c) kr[j][c] = vr[j][c] = make_uint4(0, 0, 0, 0);
+        if (k0 + j >= piece.tokens) continue;  // past the piece: zeros, masked below
+        const int tok = piece.token_begin + k0 + j;
+        const int slot =
+            (__ldg(p.pages + piece.page_offset + (tok >> p.page_shift)) << p.page_shift) + (tok & (p.page_size - 1));
+        const std::int64_t off = (std::int64_t{slot} * p.kv_heads + it.kv_head) * D + sub * DQ;
+        const uint4* ks = reinterpret_cast<const uint4*>(kp + off);
+        const uint4* vs = reinterpret_cast<const uint4*>(vp + off);
+#pragma unroll
+        for (int c = 0; c < NL; ++c) kr[j][c] = ks[c], vr[j][c] = vs[c];
+      }
+      float s[KB];
+      float mx = m;
+#pragma unroll
+      for (int j = 0; j < KB; ++j) {
+        float part = 0.f;
+#pragma unroll
+        for (int c = 0; c < NL; ++c) {
+          float k[8];
+          unpack8<T>(kr[j][c], k);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) part = fmaf(q[c * 8 + i], k[i], part);
+        }
+        s[j] = quad_sum(part, mask);
+        const int pos = piece.position + k0 + j;
+        if (k0 + j >= piece.tokens || pos >= row.key_limit) s[j] = -INFINITY;
+        mx = fmaxf(mx, s[j]);
+      }
+      const float base = mx == -INFINITY ? 0.f : mx;  // a row masked so far keeps exp2 finite
+      const float alpha = exp2f(m - base);
+      m = mx;
+      l *= alpha;
+#pragma unroll
+      for (int i = 0; i < DQ; ++i) acc[i] *= alpha;
+#pragma unroll
+      for (int j = 0; j < KB; ++j) {
+        const float pr = exp2f(s[j] - base);
+        l += pr;
+        if (pr == 0.f) continue;  // a masked key
+#pragma unroll
+        for (int c = 0; c < NL; ++c) {
+          float v[8];
+          unpack8<T>(vr[j][c], v);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[c * 8 + i] = fmaf(pr, v[i], acc[c * 8 + i]);
+        }
+      }
+    }
+  }
+
+  // This item's state, then the merge with the group's other columns in column order.
+  const float inv = l > 0.f ? 1.f / l : 0.f;
+  const float own_lse = l > 0.f ? (m + __log2f(l)) * 0.69314718056f : -INFINITY;
+#pragma unroll
+  for (int i = 0; i < DQ; ++i) acc[i] *= inv;
+  float out_lse = own_lse;
+  if (grp.columns > 1) {
+    const std::int64_t first = row.state_base + std::int64_t{head};
+    float mxl = own_lse;
+    for (int c = 0; c < grp.columns; ++c)
+      if (c != it.column) mxl = fmaxf(mxl, __ldcg(p.states.lse + first + std::int64_t{c} * row.state_stride));
+    if (mxl == -INFINITY) {
+#pragma unroll
+      for (int i = 0; i < DQ; ++i) acc[i] = 0.f;
+    } else {
+      float sum = 0.f, a[DQ];
+#pragma unroll
+      for (int i = 0; i < DQ; ++i) a[i] = 0.f;
+      for (int c = 0; c < grp.columns; ++c) {
+        const std::int64_t e = first + std::int64_t{c} * row.state_stride;
+        const bool own = c == it.column;
+        const float w = __expf((own ? own_lse : __ldcg(p.states.lse + e)) - mxl);
+        if (w == 0.f) continue;  // an empty or negligible state; its o may be unwritten
+        sum += w;
+        if (own) {
+#pragma unroll
+          for (int i = 0; i < DQ; ++i) a[i] += w * acc[i];
+        } else {
+          const float4* src = reinterpret_cast<const float4*>(p.states.o + e * D + sub * DQ);
+#pragma unroll
+          for (int c4 = 0; c4 < DQ / 4; ++c4) {
+            const float4 x = __ldcg(src + c4);
+            a[c4 * 4 + 0] += w * x.x, a[c4 * 4 + 1] += w * x.y, a[c4 * 4 + 2] += w * x.z, a[c4 * 4 + 3] += w * x.w;
+          }
+        }
+      }
+      const float rs = 1.f / sum;
+#pragma unroll
+      for (int i = 0; i < DQ; ++i) acc[i] = a[i] * rs;
+      out_lse = mxl + __logf(sum);
+    }
+  }
+  T* out = static_cast<T*>(p.out) + qi * D + sub * DQ;
+#pragma unroll
+  for (int i = 0; i < DQ; i += 2) *reinterpret_cast<std::uint32_t*>(out + i) = ptx::pack2<T>(acc[i], acc[i + 1]);
+  if (sub == 0) p.out_lse[qi] = out_lse;
+}
+
+}  // namespace hydragen::cuda
