@@ -244,8 +244,8 @@ TEST(Engine, StopsAtStopTokensAndStringsAndLength) {
 // EngineOptions::plan_ahead: the next step's plan is built during the current step and used
 // only when the next step's layout is the same. Sequences that finish at different steps (by
 // length and at stop tokens, which no plan can foresee), more requests than max_running
-// (admitted while others run) and sampled tokens: the same tokens and logprobs with and
-// without it, and both outcomes occur (plans used; plans discarded after a stop).
+// (admitted while others run) and sampled tokens: the same tokens (and logprobs to rounding)
+// with and without it, and both outcomes occur (plans used; plans discarded after a stop).
 TEST(Engine, PlansBuiltAheadGiveTheSameTokens) {
   const test::FixtureModel m = test::load_fixture_model("tiny-llama");
   std::mt19937 rng(5);
@@ -273,8 +273,11 @@ TEST(Engine, PlansBuiltAheadGiveTheSameTokens) {
   ASSERT_EQ(a.size(), b.size());
   for (std::size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(a[i].tokens, b[i].tokens) << "completion " << i;
-    EXPECT_EQ(a[i].logprobs, b[i].logprobs) << "completion " << i;
     EXPECT_EQ(a[i].finish_reason, b[i].finish_reason) << "completion " << i;
+    // The same plans; the CPU forward's threaded sums may round differently between runs.
+    ASSERT_EQ(a[i].logprobs.size(), b[i].logprobs.size()) << "completion " << i;
+    for (std::size_t t = 0; t < a[i].logprobs.size(); ++t)
+      EXPECT_NEAR(a[i].logprobs[t], b[i].logprobs[t], 1e-4) << "completion " << i << " token " << t;
   }
   EXPECT_EQ(without.plans_built_ahead + without.plans_ahead_discarded, 0);
   EXPECT_GT(with_ahead.plans_built_ahead, 0);
