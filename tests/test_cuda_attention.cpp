@@ -558,7 +558,9 @@ TEST(CudaAttention, UnsupportedHeadDimIsAClearError) {
 }
 
 // Capture one step in a CUDA graph, then change the tree (and so the plan) and replay: the
-// graph reads the new plan from the same device buffers.
+// graph reads the new plan from the same device buffers, uploaded synchronously, then
+// asynchronously on the replay's stream (HYDRAGEN_ASYNC_UPLOAD=1; written after session 6's
+// last GPU run).
 TEST(CudaAttention, GraphReplayFollowsTheUploadedPlan) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA
@@ -580,9 +582,6 @@ TEST(CudaAttention, GraphReplayFollowsTheUploadedPlan) {
     pool_elems = std::max<std::int64_t>(pool_elems, images[i].k.size());
     rows = std::max(rows, trees[i].query_rows());
   }
-  cuda::PagedAttentionRunner runner(DType::bf16, d, hq, 1,
-                                    cuda::PlanCapacity::of(plans[0]).max(cuda::PlanCapacity::of(plans[1])),
-                                    plan_options.shared_tile_rows);
   Tensor k_pool = Tensor::empty({pool_elems}, DType::bf16, Device::cuda);
   Tensor v_pool = Tensor::empty({pool_elems}, DType::bf16, Device::cuda);
   Tensor q = Tensor::empty({rows, hq, d}, DType::bf16, Device::cuda);
@@ -592,32 +591,42 @@ TEST(CudaAttention, GraphReplayFollowsTheUploadedPlan) {
   args.q = q.raw(), args.k_pool = k_pool.raw(), args.v_pool = v_pool.raw(), args.out = out.raw();
   args.out_lse = out_lse.data<float>(), args.page_size = page;
 
-  cudaStream_t stream;
-  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-  runner.upload(plans[0]);
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-  runner.run(args, stream);
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  for (int i = 0; i < 2; ++i) {
-    const Tensor qi = testing::random_tensor({trees[i].query_rows(), hq, d}, DType::bf16, rng);
-    ASSERT_EQ(cudaMemcpy(q.raw(), qi.raw(), qi.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(k_pool.raw(), images[i].k.data(), images[i].k.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(v_pool.raw(), images[i].v.data(), images[i].v.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
-    runner.upload(plans[i]);
-    runner.poison_states();
-    ASSERT_EQ(cudaMemset(out.raw(), 0xff, out.bytes()), cudaSuccess);
-    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    const AttentionState ref = reference_tree_attention(trees[i], qi);
-    const Tensor o = out.slice(0, 0, trees[i].query_rows()).to(Device::cpu).to(DType::f32);
-    EXPECT_LE(relative_norm_error(o, ref.o), 5e-3) << "replay " << i;
+  // Synchronous uploads; then (HYDRAGEN_ASYNC_UPLOAD=1) uploads on a non-blocking stream that
+  // the replay sees only through that stream's order, twice over the same pinned staging.
+  for (const bool async : {false, true}) {
+    const ScopedEnv env("HYDRAGEN_ASYNC_UPLOAD", async ? "1" : nullptr);
+    cuda::PagedAttentionRunner runner(DType::bf16, d, hq, 1,
+                                      cuda::PlanCapacity::of(plans[0]).max(cuda::PlanCapacity::of(plans[1])),
+                                      plan_options.shared_tile_rows);
+    cudaStream_t stream;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    runner.upload(plans[0]);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+    runner.run(args, stream);
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (int round = 0; round < 2; ++round)
+      for (int i = 0; i < 2; ++i) {
+        const Tensor qi = testing::random_tensor({trees[i].query_rows(), hq, d}, DType::bf16, rng);
+        ASSERT_EQ(cudaMemcpy(q.raw(), qi.raw(), qi.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(k_pool.raw(), images[i].k.data(), images[i].k.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(v_pool.raw(), images[i].v.data(), images[i].v.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+        runner.poison_states();
+        ASSERT_EQ(cudaMemset(out.raw(), 0xff, out.bytes()), cudaSuccess);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        runner.upload(plans[i], async ? stream : nullptr);
+        ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        const AttentionState ref = reference_tree_attention(trees[i], qi);
+        const Tensor o = out.slice(0, 0, trees[i].query_rows()).to(Device::cpu).to(DType::f32);
+        EXPECT_LE(relative_norm_error(o, ref.o), 5e-3) << (async ? "async" : "sync") << " replay " << round << "." << i;
+      }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
 #endif
 }
 

@@ -226,7 +226,7 @@ class CudaModelRunner final : public ModelRunner {
           DType::bf16, static_cast<int>(config().head_dim), static_cast<int>(config().num_heads),
           static_cast<int>(config().num_kv_heads), attention_capacity_, tile_rows);
     }
-    attention_->upload(plan);
+    attention_->upload(plan, stream_);  // asynchronous on the step's stream under HYDRAGEN_ASYNC_UPLOAD=1
   }
 
   void enqueue(std::int64_t rows, bool attend, bool sample) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
@@ -234,13 +235,6 @@ E* device_array(std::int64_t count) {
   return static_cast<E*>(p);
 }
 
-template <class E>
-void copy_to(E* dst, const std::vector<E>& src, std::int64_t capacity, const char* what) {
-  HG_CHECK(static_cast<std::int64_t>(src.size()) <= capacity, "PagedAttentionRunner::upload: plan has ",
-           src.size(), " ", what, ", capacity is ", capacity);
-  if (!src.empty()) HG_CUDA_CHECK(cudaMemcpy(dst, src.data(), src.size() * sizeof(E), cudaMemcpyHostToDevice));
-}
-
 int multiprocessors() {
   int device = 0, sms = 0;
   HG_CUDA_CHECK(cudaGetDevice(&device));
@@ -294,7 +288,7 @@ struct PagedAttentionRunner::Impl {
   PlanCapacity capacity;
   KernelPair kernels;
   int shared_grid = 0, shared_ws_grid = 0, suffix_grid = 0, decode_grid = 0;
-  bool shared_ws = false;     // set by upload (shared_runs_ws_kernel)
+  bool shared_ws = false;     // set by upload (AttentionPlan::shared_full_tiles)
   bool suffix_decode = true;  // set by upload (suffix_runs_decode_kernel)
   bool decode_narrow = false;  // set by upload: every suffix item has one row
   bool decode_quad = false;    // set by upload: decode_quad_kernel serves the plan (opt-in)
@@ -309,6 +303,10 @@ struct PagedAttentionRunner::Impl {
   std::int32_t* arrivals = nullptr;
   float* state_o = nullptr;
   float* state_lse = nullptr;
+  // HYDRAGEN_ASYNC_UPLOAD=1: pinned staging for upload(plan, stream) (every array at capacity,
+  // 16-byte aligned), and the event after the last upload's copies.
+  unsigned char* staging = nullptr;
+  cudaEvent_t staged = nullptr;
 };
 
 PagedAttentionRunner::PagedAttentionRunner(DType dtype, int head_dim, int q_heads, int kv_heads,
@@ -338,6 +336,16 @@ PagedAttentionRunner::PagedAttentionRunner(DType dtype, int head_dim, int q_head
   m.state_o = device_array<float>(capacity.state_entries * head_dim);
   m.state_lse = device_array<float>(capacity.state_entries);
   HG_CUDA_CHECK(cudaMemset(m.counts, 0, 2 * sizeof(std::int32_t)));
+  if (const char* env = std::getenv("HYDRAGEN_ASYNC_UPLOAD"); env != nullptr && std::string(env) == "1") {
+    auto bytes = [](std::int64_t n, std::size_t size) { return (std::max<std::int64_t>(n, 0) * size + 15) / 16 * 16; };
+    const std::size_t total = bytes(capacity.pages, 4) + bytes(capacity.pieces, sizeof(attn::PlanPiece)) +
+                              bytes(capacity.rows, sizeof(attn::PlanRow)) +
+                              bytes(capacity.shared_items, sizeof(attn::PlanItem)) +
+                              bytes(capacity.suffix_items, sizeof(attn::PlanItem)) +
+                              bytes(capacity.groups, sizeof(attn::PlanMergeGroup)) + bytes(2, 4);  // + counts
+    HG_CUDA_CHECK(cudaMallocHost(&m.staging, total));
+    HG_CUDA_CHECK(cudaEventCreateWithFlags(&m.staged, cudaEventDisableTiming));
+  }
   HG_CUDA_CHECK(cudaMemset(m.arrivals, 0, std::max<std::int64_t>(capacity.groups, 1) * sizeof(std::int32_t)));
 }
 
@@ -348,11 +356,25 @@ PagedAttentionRunner::~PagedAttentionRunner() {
                   static_cast<void*>(m.groups), static_cast<void*>(m.counts), static_cast<void*>(m.arrivals),
                   static_cast<void*>(m.state_o), static_cast<void*>(m.state_lse)})
     cudaFree(p);
+  if (m.staged != nullptr) cudaEventSynchronize(m.staged), cudaEventDestroy(m.staged);
+  if (m.staging != nullptr) cudaFreeHost(m.staging);
 }
 
-void PagedAttentionRunner::upload(const attn::AttentionPlan& plan) {
+void PagedAttentionRunner::upload(const attn::AttentionPlan& plan, void* stream) {
   Impl& m = *impl_;
-  copy_to(m.pages, plan.pages, m.capacity.pages, "pages");
+  // Every capacity first: a plan that does not fit leaves the last one intact.
+  auto fits = [](std::size_t n, std::int64_t capacity, const char* what) {
+    HG_CHECK(static_cast<std::int64_t>(n) <= capacity, "PagedAttentionRunner::upload: plan has ", n, " ", what,
+             ", capacity is ", capacity);
+  };
+  fits(plan.pages.size(), m.capacity.pages, "pages");
+  fits(plan.pieces.size(), m.capacity.pieces, "pieces");
+  fits(plan.rows.size(), m.capacity.rows, "rows");
+  fits(plan.shared_items.size(), m.capacity.shared_items, "shared items");
+  fits(plan.suffix_items.size(), m.capacity.suffix_items, "suffix items");
+  fits(plan.groups.size(), m.capacity.groups, "merge groups");
+  HG_CHECK(plan.state_entries <= m.capacity.state_entries, "PagedAttentionRunner::upload: plan needs ",
+           plan.state_entries, " partial states, capacity is ", m.capacity.state_entries);
   m.suffix_decode = suffix_runs_decode_kernel(plan);
   m.shared_ws = m.kernels.shared_ws != nullptr && (m.kernels.shared_ws_always || plan.shared_full_tiles);
   // Narrow when every item has one row and the launch is either short items (one-key
@@ -373,16 +395,33 @@ void PagedAttentionRunner::upload(const attn::AttentionPlan& plan) {
                                        std::getenv("HYDRAGEN_DECODE_WIDE") == nullptr));
   }
   m.decode_quad = m.kernels.decode_quad != nullptr && m.suffix_decode && suffix_items_are_lone_rows(plan);
-  copy_to(m.pieces, plan.pieces, m.capacity.pieces, "pieces");
-  copy_to(m.rows, plan.rows, m.capacity.rows, "rows");
-  copy_to(m.shared_items, plan.shared_items, m.capacity.shared_items, "shared items");
-  copy_to(m.suffix_items, plan.suffix_items, m.capacity.suffix_items, "suffix items");
-  copy_to(m.groups, plan.groups, m.capacity.groups, "merge groups");
-  HG_CHECK(plan.state_entries <= m.capacity.state_entries, "PagedAttentionRunner::upload: plan needs ",
-           plan.state_entries, " partial states, capacity is ", m.capacity.state_entries);
   const std::int32_t counts[2] = {static_cast<std::int32_t>(plan.shared_items.size()),
                                   static_cast<std::int32_t>(plan.suffix_items.size())};
-  HG_CUDA_CHECK(cudaMemcpy(m.counts, counts, sizeof(counts), cudaMemcpyHostToDevice));
+  // Synchronous copies from pageable memory, or (with a stream and HYDRAGEN_ASYNC_UPLOAD=1)
+  // the arrays packed into pinned staging and copied on `stream` in its order.
+  const bool async = stream != nullptr && m.staging != nullptr;
+  auto st = static_cast<cudaStream_t>(stream);
+  std::size_t offset = 0;
+  if (async) HG_CUDA_CHECK(cudaEventSynchronize(m.staged));  // the last upload's copies have read the staging
+  auto put = [&](void* dst, const void* src, std::size_t bytes) {
+    if (bytes == 0) return;
+    if (!async) {
+      HG_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+      return;
+    }
+    std::memcpy(m.staging + offset, src, bytes);
+    HG_CUDA_CHECK(cudaMemcpyAsync(dst, m.staging + offset, bytes, cudaMemcpyHostToDevice, st));
+    offset += (bytes + 15) / 16 * 16;
+  };
+  auto put_all = [&](auto* dst, const auto& src) { put(dst, src.data(), src.size() * sizeof(src[0])); };
+  put_all(m.pages, plan.pages);
+  put_all(m.pieces, plan.pieces);
+  put_all(m.rows, plan.rows);
+  put_all(m.shared_items, plan.shared_items);
+  put_all(m.suffix_items, plan.suffix_items);
+  put_all(m.groups, plan.groups);
+  put(m.counts, counts, sizeof(counts));
+  if (async) HG_CUDA_CHECK(cudaEventRecord(m.staged, st));
 }
 
 int PagedAttentionRunner::launch_variant() const {
