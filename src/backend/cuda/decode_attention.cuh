@@ -243,16 +243,10 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   const T* kp = static_cast<const T*>(p.k_pool);
   const T* vp = static_cast<const T*>(p.v_pool);
 
-  // Pool token slot of this lane's key of the chunk at `first` in piece pc (its page looked
-  // up), 0 past the piece's keys. 32 bits, as in shared_attention.cuh: a pool of 2^31 token
-  // slots would hold 2^31 * Hkv * D * 2 bytes per K. Shuffled as 32 bits (the V copies below).
+  // Pool token slot of this lane's key of the chunk at `first` in piece pc, 0 past the
+  // piece's keys. Shuffled as 32 bits (the V copies below).
   auto key_slot = [&](const attn::PlanPiece& pc, int first) {
-    int slot = 0;
-    if (lane < pc.tokens - first) {
-      const int tok = pc.token_begin + first + lane;
-      slot = (__ldg(p.pages + pc.page_offset + (tok >> p.page_shift)) << p.page_shift) + (tok & (p.page_size - 1));
-    }
-    return slot;
+    return lane < pc.tokens - first ? pool_slot(p, pc, pc.token_begin + first + lane) : 0;
   };
   auto slot_offset = [&](int slot) { return (std::int64_t{slot} * p.kv_heads + it.kv_head) * D; };
   // One row merging with one shared state (MHA decode: no split, one stacked column): fetch

@@ -89,9 +89,7 @@ __global__ void __launch_bounds__(QuadShape<T, D>::kThreads, 2) decode_quad_kern
         for (int c = 0; c < NL; ++c) kr[j][c] = vr[j][c] = make_uint4(0, 0, 0, 0);
         if (k0 + j >= piece.tokens) continue;  // past the piece: zeros, masked below
         const int tok = piece.token_begin + k0 + j;
-        const int slot =
-            (__ldg(p.pages + piece.page_offset + (tok >> p.page_shift)) << p.page_shift) + (tok & (p.page_size - 1));
-        const std::int64_t off = (std::int64_t{slot} * p.kv_heads + it.kv_head) * D + sub * DQ;
+        const std::int64_t off = (std::int64_t{pool_slot(p, piece, tok)} * p.kv_heads + it.kv_head) * D + sub * DQ;
         const uint4* ks = reinterpret_cast<const uint4*>(kp + off);
         const uint4* vs = reinterpret_cast<const uint4*>(vp + off);
 #pragma unroll

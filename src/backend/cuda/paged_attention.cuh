@@ -38,6 +38,12 @@ struct PagedAttentionParams {
   float scale_log2;
 };
 
+// Pool token slot of token `tok` of a piece's page list (its page looked up in p.pages). 32
+// bits: a pool of 2^31 token slots would hold 2^31 * Hkv * D * 2 bytes per K.
+__device__ __forceinline__ int pool_slot(const PagedAttentionParams& p, const attn::PlanPiece& piece, int tok) {
+  return (__ldg(p.pages + piece.page_offset + (tok >> p.page_shift)) << p.page_shift) + (tok & (p.page_size - 1));
+}
+
 template <class T, int D, int WM, int WN>
 struct PagedTile {
   static constexpr int kRows = 16 * WM;

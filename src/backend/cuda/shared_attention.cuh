@@ -231,9 +231,7 @@ __global__ void __launch_bounds__(128 * WG, 2) shared_attention_wgmma_kernel(con
       for (int i = 0; i < kPerThread; ++i) {
         const int key = (tid + i * Tile::kThreads) / 16;
         const int tok = piece.token_begin + key;
-        slot[i] = key < piece.tokens
-                      ? (__ldg(p.pages + piece.page_offset + (tok >> p.page_shift)) << p.page_shift) + (tok & (p.page_size - 1))
-                      : -1;
+        slot[i] = key < piece.tokens ? pool_slot(p, piece, tok) : -1;
       }
     };
     auto issue = [&](int stage) {

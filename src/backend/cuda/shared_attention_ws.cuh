@@ -123,9 +123,7 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
           const int key = key0 + 8 * i, tok = pc[h].token_begin + key;
-          slot[h][i] = key < pc[h].tokens ? (__ldg(p.pages + pc[h].page_offset + (tok >> p.page_shift)) << p.page_shift) +
-                                                (tok & (p.page_size - 1))
-                                          : -1;
+          slot[h][i] = key < pc[h].tokens ? pool_slot(p, pc[h], tok) : -1;
         }
     };
     // A stage is full once this warp's copies of it have landed (each lane waited for its own
@@ -142,10 +140,7 @@ __global__ void __launch_bounds__(384, 1)
       for (int i = 0; i < 8; ++i) {
         const int key = key0 + 8 * i, tok = pc.token_begin + key;
         const bool valid = key < pc.tokens;
-        const std::int64_t slot =
-            valid ? (std::int64_t{__ldg(p.pages + pc.page_offset + (tok >> p.page_shift))} << p.page_shift) +
-                        (tok & (p.page_size - 1))
-                  : 0;
+        const std::int64_t slot = valid ? pool_slot(p, pc, tok) : 0;
         const std::int64_t off = (slot * p.kv_heads + kv_head) * D + c * 8;
         const int o = swizzled_offset(64 * h + key, c, Tile::kKvHalf);
         ptx::cp_async_16(sk + o, kp + off, valid);
@@ -168,7 +163,7 @@ __global__ void __launch_bounds__(384, 1)
         const attn::PlanPiece piece = h == 0 ? pc[0] : pc[1];  // no dynamic index: pc stays in registers
         if (!box_lane || !whole(piece)) return -1;
         const int tok = piece.token_begin + j * box_keys;
-        return (__ldg(p.pages + piece.page_offset + (tok >> p.page_shift)) << p.page_shift) + (tok & (p.page_size - 1));
+        return pool_slot(p, piece, tok);
       };
       for (int item_index = blockIdx.x; item_index < item_count; item_index += gridDim.x) {
         const attn::PlanItem it = p.items[item_index];
