@@ -381,21 +381,28 @@ TEST(CudaAttention, FullTilePlansMatchReferenceInF16AndBf16) {
 #endif
 }
 
-// The four-lanes-per-item decode kernel (decode_quad.cuh, opt-in HYDRAGEN_DECODE_KERNEL=quad;
-// written after session 6's last GPU run) against the float64 reference: one-row items alone
-// in their merge group (MHA decode) with suffixes on and around its 4-key blocks and the
-// 64-key pieces, empty ones, one or several stacked columns to merge (depth 1-3, forced
-// stacking), page sizes 16 and 64, d 64 and 128, bf16; plans it does not serve (split
-// suffixes, GQA rows, two query tokens) must fall back to the warp kernel, and do.
+// The four-lanes-per-item decode kernel's two builds (decode_quad.cuh: four keys in flight,
+// or one), forced, against the float64 reference: one-row items alone in their merge group
+// (MHA decode) with suffixes on and around its 4-key blocks and the 64-key pieces, empty ones,
+// one or several stacked columns to merge (depth 1-3, forced stacking), page sizes 16 and 64,
+// d 64 and 128, bf16, half the trials with the suffix launch a programmatic dependent of the
+// shared launch (HYDRAGEN_PDL=1); plans it does not serve (split suffixes, GQA rows, two
+// query tokens) must fall back to the warp kernel, and do. Trials that neither split suffixes
+// nor have GQA rows or two query tokens are lone-row plans by construction: all must run it.
 TEST(CudaAttention, QuadDecodeKernelMatchesReference) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA
   Rng rng;
   SCOPED_TRACE(rng.trace());
   const ScopedEnv suffix_env("HYDRAGEN_SUFFIX_KERNEL", "decode");
-  const ScopedEnv quad_env("HYDRAGEN_DECODE_KERNEL", "quad");
-  int quad_runs = 0, fallbacks = 0;
+  int quad_runs = 0, fallbacks = 0, lone_by_design = 0;
+  int device = 0, major = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
   for (int trial = 0; trial < 16; ++trial) {
+    const bool one_key = trial % 3 == 1, pdl = trial / 4 % 2 == 1;
+    const ScopedEnv quad_env("HYDRAGEN_DECODE_KERNEL", one_key ? "quad1" : "quad");
+    const ScopedEnv pdl_env("HYDRAGEN_PDL", pdl ? "1" : nullptr);
     testing::PagedShape shape;
     shape.page_size = trial % 2 ? 16 : 64;
     shape.head_dim = trial / 2 % 2 ? 64 : 128;
@@ -409,7 +416,10 @@ TEST(CudaAttention, QuadDecodeKernelMatchesReference) {
     const AttentionMode mode = trial % 4 == 2 ? AttentionMode::paged : AttentionMode::hydragen;
     const testing::PagedCase c = testing::random_paged_case(shape, rng);
     attn::PlanOptions options = cuda::plan_options_for_device(DType::bf16, shape.head_dim, mode, true);
-    if (trial % 5 == 4) options.suffix_min_split_tokens = 32;  // split suffixes: not the quad kernel's
+    // Split suffixes (not the quad kernel's), or none at all.
+    options.suffix_min_split_tokens = trial % 5 == 4 ? 32 : std::int64_t{1} << 40;
+    const bool lone = shape.groups == 1 && shape.max_query_tokens == 1 && trial % 5 != 4;
+    lone_by_design += lone;
     if (mode == AttentionMode::hydragen && trial % 3 == 0)
       options.min_sharers_to_stack = 1, options.min_segment_tokens_to_stack = 1, options.fold_when_stacking_saves_little = false;
     const attn::AttentionPlan plan = attn::build_attention_plan(c.layout, options);
@@ -417,17 +427,22 @@ TEST(CudaAttention, QuadDecodeKernelMatchesReference) {
     const AttentionState got = run_on_device(c, plan, options.shared_tile_rows, &variant);
     const AttentionState ref = reference_tree_attention(c.tree, c.q);
     const bool quad = (variant & 8) != 0;
+    if (quad) EXPECT_EQ((variant & 16) != 0, one_key);
+    EXPECT_EQ((variant & 32) != 0, pdl && major >= 9);  // (sm_90 and later only)
     const std::string what = concat("trial ", trial, " ", mode_name(mode), " page ", shape.page_size, " d ",
                                     shape.head_dim, " G ", shape.groups, " Hkv ", shape.kv_heads, " depth ", shape.depth,
                                     " batch ", shape.batch, " T<=", shape.max_query_tokens, " stacked ",
-                                    plan.stacked_segments, quad ? " (quad)" : " (warp)");
+                                    plan.stacked_segments, quad ? (one_key ? " (quad1)" : " (quad)") : " (warp)",
+                                    pdl ? " pdl" : "");
+    if (lone) EXPECT_TRUE(quad) << what;
     EXPECT_EQ(quad, (variant & 1) != 0 && cuda::suffix_items_are_lone_rows(plan)) << what;
     quad_runs += quad;
     fallbacks += !quad;
     EXPECT_LE(relative_norm_error(got.o, ref.o), 5e-3) << what;
     expect_lse_near(got.lse, ref.lse, what);
   }
-  EXPECT_GE(quad_runs, 6);
+  EXPECT_GE(quad_runs, lone_by_design);
+  EXPECT_GE(lone_by_design, 8);
   EXPECT_GT(fallbacks, 0);
 #endif
 }
@@ -498,9 +513,12 @@ attn::AttentionPlan one_segment_plan(int batch, int kv_heads, int q_heads, std::
 }
 #endif
 
-// The plans the four-lanes-per-item decode kernel serves: one-row suffix items, each alone in
-// its merge group (MHA decode under a stacked prefix, and paged MHA over short contexts);
-// not GQA rows or a long context split across items. No GPU needed: host code.
+// The plans the four-lanes-per-item decode kernel can serve: one-row suffix items, each alone
+// in its merge group (MHA decode under a stacked prefix, and paged MHA over short contexts);
+// not GQA rows or a long context split across items. Which it does serve (quad_decode_keys):
+// those with few keys per item -- the one-key build for one-key suffixes, the four-key build
+// up to kQuadMaxMeanKeys, the warp kernel past it (64-key suffixes, paged contexts); the
+// environment forces. No GPU needed: host code.
 TEST(CudaDispatch, QuadDecodeServesLoneOneRowItems) {
 #ifdef HYDRAGEN_WITH_CUDA
   EXPECT_TRUE(cuda::suffix_items_are_lone_rows(one_segment_plan(1024, 40, 40, 16384, 1, AttentionMode::hydragen)));
@@ -508,6 +526,36 @@ TEST(CudaDispatch, QuadDecodeServesLoneOneRowItems) {
   EXPECT_TRUE(cuda::suffix_items_are_lone_rows(one_segment_plan(1024, 40, 40, 1024, 1, AttentionMode::paged)));
   EXPECT_FALSE(cuda::suffix_items_are_lone_rows(one_segment_plan(64, 8, 32, 1024, 1, AttentionMode::hydragen)));
   EXPECT_FALSE(cuda::suffix_items_are_lone_rows(one_segment_plan(1, 40, 40, 32768, 1, AttentionMode::paged)));
+
+  const ScopedEnv unset("HYDRAGEN_DECODE_KERNEL", nullptr);
+  EXPECT_EQ(cuda::quad_decode_keys(one_segment_plan(1024, 40, 40, 16384, 1, AttentionMode::hydragen)), 1);
+  EXPECT_EQ(cuda::quad_decode_keys(one_segment_plan(64, 40, 40, 2048, 2, AttentionMode::hydragen)), 1);
+  EXPECT_EQ(cuda::quad_decode_keys(one_segment_plan(1024, 40, 40, 2048, 3, AttentionMode::hydragen)), 4);
+  EXPECT_EQ(cuda::quad_decode_keys(one_segment_plan(256, 40, 40, 2048, cuda::kQuadMaxMeanKeys, AttentionMode::hydragen)),
+            4);
+  EXPECT_EQ(
+      cuda::quad_decode_keys(one_segment_plan(1024, 40, 40, 2048, cuda::kQuadMaxMeanKeys + 1, AttentionMode::hydragen)),
+      0);
+  EXPECT_EQ(cuda::quad_decode_keys(one_segment_plan(1024, 40, 40, 2048, 64, AttentionMode::hydragen)), 0);
+  EXPECT_EQ(cuda::quad_decode_keys(one_segment_plan(1024, 40, 40, 1024, 1, AttentionMode::paged)), 0);
+  EXPECT_EQ(cuda::quad_decode_keys(one_segment_plan(64, 8, 32, 1024, 1, AttentionMode::hydragen)), 0);
+  {
+    const ScopedEnv warp("HYDRAGEN_DECODE_KERNEL", "warp");
+    EXPECT_EQ(cuda::quad_decode_keys(one_segment_plan(1024, 40, 40, 16384, 1, AttentionMode::hydragen)), 0);
+  }
+  {
+    const ScopedEnv quad("HYDRAGEN_DECODE_KERNEL", "quad");
+    EXPECT_EQ(cuda::quad_decode_keys(one_segment_plan(1024, 40, 40, 2048, 64, AttentionMode::hydragen)), 4);
+    EXPECT_EQ(cuda::quad_decode_keys(one_segment_plan(64, 8, 32, 1024, 1, AttentionMode::hydragen)), 0);
+  }
+  {
+    const ScopedEnv quad1("HYDRAGEN_DECODE_KERNEL", "quad1");
+    EXPECT_EQ(cuda::quad_decode_keys(one_segment_plan(1024, 40, 40, 1024, 1, AttentionMode::paged)), 1);
+  }
+  {
+    const ScopedEnv bad("HYDRAGEN_DECODE_KERNEL", "quad8");
+    EXPECT_THROW(cuda::quad_decode_keys(one_segment_plan(1024, 40, 40, 16384, 1, AttentionMode::hydragen)), Error);
+  }
 #else
   GTEST_SKIP() << "built without CUDA";
 #endif
@@ -592,9 +640,13 @@ TEST(CudaAttention, GraphReplayFollowsTheUploadedPlan) {
   args.out_lse = out_lse.data<float>(), args.page_size = page;
 
   // Synchronous uploads; then (HYDRAGEN_ASYNC_UPLOAD=1) uploads on a non-blocking stream that
-  // the replay sees only through that stream's order, twice over the same pinned staging.
-  for (const bool async : {false, true}) {
+  // the replay sees only through that stream's order, twice over the same pinned staging; then
+  // synchronous uploads with the suffix launch a programmatic dependent of the shared launch
+  // (HYDRAGEN_PDL=1: a programmatic edge in the captured graph).
+  for (const int config : {0, 1, 2}) {
+    const bool async = config == 1;
     const ScopedEnv env("HYDRAGEN_ASYNC_UPLOAD", async ? "1" : nullptr);
+    const ScopedEnv pdl_env("HYDRAGEN_PDL", config == 2 ? "1" : nullptr);
     cuda::PagedAttentionRunner runner(DType::bf16, d, hq, 1,
                                       cuda::PlanCapacity::of(plans[0]).max(cuda::PlanCapacity::of(plans[1])),
                                       plan_options.shared_tile_rows);
@@ -621,7 +673,8 @@ TEST(CudaAttention, GraphReplayFollowsTheUploadedPlan) {
         ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
         const AttentionState ref = reference_tree_attention(trees[i], qi);
         const Tensor o = out.slice(0, 0, trees[i].query_rows()).to(Device::cpu).to(DType::f32);
-        EXPECT_LE(relative_norm_error(o, ref.o), 5e-3) << (async ? "async" : "sync") << " replay " << round << "." << i;
+        EXPECT_LE(relative_norm_error(o, ref.o), 5e-3) << (async ? "async" : config == 2 ? "pdl" : "sync") << " replay "
+                                                       << round << "." << i;
       }
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);

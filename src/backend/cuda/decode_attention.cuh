@@ -516,6 +516,7 @@ __global__ void __launch_bounds__(DecodeShape<T, D>::kThreads, MinBlocks) decode
   T* sv = sk + Shape::kChunk * Shape::kKRow;                                            // [kChunk][D]
   const int item_index = blockIdx.x * Shape::kWarps + warp;
   if (item_index >= *p.item_count) return;
+  wait_for_shared_launch();  // (split items write and merge states from the start)
   const attn::PlanItem it = p.items[item_index];
   if constexpr (MaxRows == 1) {  // the runner's choice guarantees row_count <= 1 here
     decode_item<T, D, 1>(p, it, sq, sp, sk, sv, lane);

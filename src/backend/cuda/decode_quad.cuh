@@ -29,14 +29,19 @@
 
 namespace hydragen::cuda {
 
-template <class T, int D>
+// KB: keys whose K and V are in flight together. 4 for items of several keys; 1 for items of
+// one or two keys (a one-key decode suffix), whose registers (~half) let 4 blocks share an SM
+// instead of 2, so a launch of 40960 items needs ~2.5 rounds of load chains instead of ~5.
+template <class T, int D, int KB>
 struct QuadShape {
   static constexpr int kThreads = 128;            // 32 items per block
   static constexpr int kItemsPerBlock = kThreads / 4;
   static constexpr int kDims = D / 4;             // dims per lane: 32 (D 128) or 16 (D 64)
   static constexpr int kLoads = kDims * static_cast<int>(sizeof(T)) / 16;  // 16-byte loads per lane per row
-  static constexpr int kBlockKeys = 4;            // keys whose K and V are in flight together
+  static constexpr int kBlockKeys = KB;
+  static constexpr int kMinBlocks = KB == 1 ? 4 : 2;  // resident blocks per SM (__launch_bounds__)
   static_assert(D == 64 || D == 128);
+  static_assert(KB == 1 || KB == 4);
 };
 
 // The quad's sum of x (its four lanes hold partial sums of the same quantity).
@@ -46,10 +51,11 @@ __device__ __forceinline__ float quad_sum(float x, unsigned mask) {
   return x;
 }
 
-template <class T, int D>
-__global__ void __launch_bounds__(QuadShape<T, D>::kThreads, 2) decode_quad_kernel(const PagedAttentionParams p) {
-  using Shape = QuadShape<T, D>;
-  constexpr int DQ = Shape::kDims, KB = Shape::kBlockKeys, NL = Shape::kLoads;
+template <class T, int D, int KB>
+__global__ void __launch_bounds__(QuadShape<T, D, KB>::kThreads, QuadShape<T, D, KB>::kMinBlocks)
+    decode_quad_kernel(const PagedAttentionParams p) {
+  using Shape = QuadShape<T, D, KB>;
+  constexpr int DQ = Shape::kDims, NL = Shape::kLoads;
   const int lane = threadIdx.x % 32, sub = lane % 4;
   const unsigned mask = 0xFu << (lane & ~3);  // this quad's lanes
   const int item_index = blockIdx.x * Shape::kItemsPerBlock + threadIdx.x / 4;
@@ -140,6 +146,9 @@ __global__ void __launch_bounds__(QuadShape<T, D>::kThreads, 2) decode_quad_kern
 #pragma unroll
   for (int i = 0; i < DQ; ++i) acc[i] *= inv;
   float out_lse = own_lse;
+  // Everything above reads only the plan, Q and the pools, all written before the shared
+  // launch began; from here on, the shared launch's states (and the output's writes).
+  wait_for_shared_launch();
   if (grp.columns > 1) {
     const std::int64_t first = row.state_base + std::int64_t{head};
     float mxl = own_lse;

@@ -44,6 +44,24 @@ __device__ __forceinline__ int pool_slot(const PagedAttentionParams& p, const at
   return (__ldg(p.pages + piece.page_offset + (tok >> p.page_shift)) << p.page_shift) + (tok & (p.page_size - 1));
 }
 
+// Programmatic dependent launch (sm_90; no-ops elsewhere and under a plain launch). The
+// runner may launch the suffix kernel as a dependent of the shared launch (HYDRAGEN_PDL=1,
+// docs/perf-notes.md v15): the shared kernels let it start as soon as each of their blocks
+// runs (allow_dependent_launch), so its blocks fill SMs that the shared grid's tail leaves idle
+// and run their prologue there; every suffix kernel calls wait_for_shared_launch before it
+// reads a partial state or writes anything, which returns once the shared grid has finished
+// and its writes are visible.
+__device__ __forceinline__ void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_shared_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 template <class T, int D, int WM, int WN>
 struct PagedTile {
   static constexpr int kRows = 16 * WM;
@@ -95,6 +113,9 @@ __global__ void __launch_bounds__(32 * WM * WN) paged_attention_kernel(const Pag
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int wm = warp / WN, wn = warp % WN;
   const int group_size = p.q_heads / p.kv_heads;
+  // Shared or suffix launch: both calls (each a no-op where it does not apply).
+  allow_dependent_launch();
+  wait_for_shared_launch();
   const int item_count = *p.item_count;
 
   for (int item_index = blockIdx.x; item_index < item_count; item_index += gridDim.x) {

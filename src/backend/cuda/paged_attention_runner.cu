@@ -48,11 +48,39 @@ CUtensorMap encode_kv_tensor_map(const void* pool, bool bf16, int kv_heads, int 
 namespace {
 
 using LaunchFn = void (*)(const PagedAttentionParams&, int grid, cudaStream_t);
+// The suffix launch's kernels: after_shared launches it as a programmatic dependent of the
+// shared launch just before it on the stream (PDL, paged_attention.cuh's wait_for_shared_launch).
+using SuffixLaunchFn = void (*)(const PagedAttentionParams&, int grid, cudaStream_t, bool after_shared);
+
+template <class Kernel>
+void launch_suffix_kernel(Kernel kernel, int grid, int threads, int smem_bytes, cudaStream_t stream, bool after_shared,
+                          const PagedAttentionParams& p) {
+  if (!after_shared) {
+    kernel<<<grid, threads, smem_bytes, stream>>>(p);
+    return;
+  }
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(grid));
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.dynamicSmemBytes = static_cast<std::size_t>(smem_bytes);
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  HG_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p));
+}
 
 template <class T, int D, int WM, int WN>
 void launch(const PagedAttentionParams& p, int grid, cudaStream_t stream) {
   using Tile = PagedTile<T, D, WM, WN>;
   paged_attention_kernel<T, D, WM, WN><<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
+}
+template <class T, int D, int WM, int WN>
+void launch_suffix_mma(const PagedAttentionParams& p, int grid, cudaStream_t stream, bool after_shared) {
+  using Tile = PagedTile<T, D, WM, WN>;
+  launch_suffix_kernel(paged_attention_kernel<T, D, WM, WN>, grid, Tile::kThreads, Tile::kSmemBytes, stream, after_shared, p);
 }
 
 // Raises the kernel's shared-memory limit once; returns resident blocks per SM.
@@ -70,9 +98,10 @@ int prepare() {
 
 // The suffix launch's decode kernel (one warp per item, non-persistent grid).
 template <class T, int D, int MinBlocks, int MaxRows>
-void launch_decode(const PagedAttentionParams& p, int grid, cudaStream_t stream) {
+void launch_decode(const PagedAttentionParams& p, int grid, cudaStream_t stream, bool after_shared) {
   using Shape = DecodeShape<T, D>;
-  decode_attention_kernel<T, D, MinBlocks, MaxRows><<<grid, Shape::kThreads, Shape::smem_bytes(MaxRows), stream>>>(p);
+  launch_suffix_kernel(decode_attention_kernel<T, D, MinBlocks, MaxRows>, grid, Shape::kThreads,
+                       Shape::smem_bytes(MaxRows), stream, after_shared, p);
 }
 template <class T, int D, int MinBlocks, int MaxRows>
 int prepare_decode() {
@@ -87,9 +116,9 @@ int prepare_decode() {
 }
 constexpr int kDecodeItemsPerBlock = 4;  // DecodeShape::kWarps
 
-template <class T, int D>
-void launch_decode_quad(const PagedAttentionParams& p, int grid, cudaStream_t stream) {
-  decode_quad_kernel<T, D><<<grid, QuadShape<T, D>::kThreads, 0, stream>>>(p);
+template <class T, int D, int KB>
+void launch_decode_quad(const PagedAttentionParams& p, int grid, cudaStream_t stream, bool after_shared) {
+  launch_suffix_kernel(decode_quad_kernel<T, D, KB>, grid, QuadShape<T, D, KB>::kThreads, 0, stream, after_shared, p);
 }
 
 }  // namespace
@@ -123,14 +152,15 @@ bool suffix_runs_decode_kernel(const attn::AttentionPlan& plan) {
 namespace {
 
 struct KernelPair {
-  LaunchFn shared, suffix;
+  LaunchFn shared;
+  SuffixLaunchFn suffix;
   int shared_blocks_per_sm, suffix_blocks_per_sm;
-  LaunchFn decode = nullptr;  // the suffix launch when set
+  SuffixLaunchFn decode = nullptr;  // the suffix launch when set
   int decode_blocks_per_sm = 0;
-  LaunchFn decode_narrow = nullptr;  // the decode kernel for one-row items only (3 blocks per SM)
-  // decode_quad.cuh (four lanes per item): for plans whose suffix items are lone one-row items,
-  // opt-in HYDRAGEN_DECODE_KERNEL=quad (v14-suffix, not yet measured).
-  LaunchFn decode_quad = nullptr;
+  SuffixLaunchFn decode_narrow = nullptr;  // the decode kernel for one-row items only (3 blocks per SM)
+  // decode_quad.cuh (four lanes per item) for plans whose suffix items are lone one-row items
+  // with few keys (quad_decode_keys): four keys in flight, or one.
+  SuffixLaunchFn decode_quad4 = nullptr, decode_quad1 = nullptr;
   bool shared_wgmma = false;  // the shared launch is shared_attention.cuh's kernel
   // The warp-specialized TMA kernel (shared_attention_ws.cuh, ws-pp-tma), run in place of
   // `shared` for plans split for its slots (AttentionPlan::shared_full_tiles). H200 A/B with it
@@ -202,18 +232,16 @@ void use_wgmma_shared(KernelPair& k, int shared_tile_rows) {
 
 template <class T, int D>
 KernelPair kernels_for(int shared_tile_rows) {
-  KernelPair k = shared_tile_rows == 128
-                     ? KernelPair{launch<T, D, 8, 1>, launch<T, D, 1, 4>, prepare<T, D, 8, 1>(), prepare<T, D, 1, 4>()}
-                     : KernelPair{launch<T, D, 4, 1>, launch<T, D, 1, 4>, prepare<T, D, 4, 1>(), prepare<T, D, 1, 4>()};
+  KernelPair k = shared_tile_rows == 128 ? KernelPair{launch<T, D, 8, 1>, launch_suffix_mma<T, D, 1, 4>,
+                                                      prepare<T, D, 8, 1>(), prepare<T, D, 1, 4>()}
+                                         : KernelPair{launch<T, D, 4, 1>, launch_suffix_mma<T, D, 1, 4>,
+                                                      prepare<T, D, 4, 1>(), prepare<T, D, 1, 4>()};
   use_wgmma_shared<T, D>(k, shared_tile_rows);
   k.decode = launch_decode<T, D, 2, 8>, k.decode_blocks_per_sm = prepare_decode<T, D, 2, 8>();
   k.decode_narrow = launch_decode<T, D, 3, 1>;
   prepare_decode<T, D, 3, 1>();
-  if (const char* env = std::getenv("HYDRAGEN_DECODE_KERNEL")) {
-    HG_CHECK(std::string(env) == "quad" || std::string(env) == "warp", "HYDRAGEN_DECODE_KERNEL=", env,
-             ": unknown kernel (warp, quad)");
-    if (std::string(env) == "quad") k.decode_quad = launch_decode_quad<T, D>;
-  }
+  k.decode_quad4 = launch_decode_quad<T, D, 4>;
+  k.decode_quad1 = launch_decode_quad<T, D, 1>;
   return k;
 }
 
@@ -250,6 +278,27 @@ bool suffix_items_are_lone_rows(const attn::AttentionPlan& plan) {
   return true;
 }
 
+// H200, 40/40 (MHA), quad (four keys) against the warp kernel (docs/perf-notes.md v14-suffix):
+// one-key suffixes 0.49x (B=1024 1K), 0.58x (2K), 0.85x (16K), 0.95x (B=64); 64-key suffixes
+// 1.01x at B=1024 and 1.2-1.5x at B=64 (8 items per warp: too few warps for long items); the
+// paged baseline's long items 1.1-3.6x. Hence the bound on the mean keys per item.
+// HYDRAGEN_DECODE_KERNEL=warp|quad|quad1 forces (quad and quad1 where the items are lone rows).
+int quad_decode_keys(const attn::AttentionPlan& plan) {
+  const char* env = std::getenv("HYDRAGEN_DECODE_KERNEL");
+  const std::string force = env != nullptr ? env : "auto";
+  HG_CHECK(force == "auto" || force == "warp" || force == "quad" || force == "quad1", "HYDRAGEN_DECODE_KERNEL=", force,
+           ": unknown kernel (auto, warp, quad, quad1)");
+  if (force == "warp" || plan.suffix_items.empty() || !suffix_items_are_lone_rows(plan)) return 0;
+  if (force == "quad") return 4;
+  if (force == "quad1") return 1;
+  std::int64_t keys = 0;
+  for (const attn::PlanItem& it : plan.suffix_items)
+    for (int i = 0; i < it.piece_count; ++i) keys += plan.pieces[static_cast<std::size_t>(it.piece_begin + i)].tokens;
+  const auto items = static_cast<std::int64_t>(plan.suffix_items.size());
+  if (keys <= kQuadOneKeyMeanKeys * items) return 1;
+  return keys <= kQuadMaxMeanKeys * items ? 4 : 0;
+}
+
 bool supported_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128; }
 
 attn::PlanOptions plan_options_for_device(DType dtype, int head_dim, AttentionMode mode, bool causal) {
@@ -266,6 +315,11 @@ attn::PlanOptions plan_options_for_device(DType dtype, int head_dim, AttentionMo
   options.shared_slots = sms * k.shared_blocks_per_sm;
   options.shared_full_tile_slots = k.shared_ws != nullptr ? sms * k.shared_ws_blocks_per_sm : 0;
   options.suffix_slots = k.decode ? sms * k.decode_blocks_per_sm * kDecodeItemsPerBlock : sms * k.suffix_blocks_per_sm;
+  // A/B of the suffix split's floor (PlanOptions::suffix_min_split_tokens; docs/perf-notes.md e7).
+  if (const char* env = std::getenv("HYDRAGEN_SUFFIX_MIN_SPLIT")) {
+    options.suffix_min_split_tokens = std::atoll(env);
+    HG_CHECK(options.suffix_min_split_tokens >= 1, "HYDRAGEN_SUFFIX_MIN_SPLIT=", env, ": must be a positive token count");
+  }
   return options;
 }
 
@@ -291,8 +345,9 @@ struct PagedAttentionRunner::Impl {
   bool shared_ws = false;     // set by upload (AttentionPlan::shared_full_tiles)
   bool suffix_decode = true;  // set by upload (suffix_runs_decode_kernel)
   bool decode_narrow = false;  // set by upload: every suffix item has one row
-  bool decode_quad = false;    // set by upload: decode_quad_kernel serves the plan (opt-in)
+  int decode_quad = 0;         // set by upload: quad_decode_keys
   int decode_quad_grid = 0;
+  bool after_shared = false;   // HYDRAGEN_PDL=1 on sm_90+: the suffix launch is the shared launch's dependent
   std::int32_t* pages = nullptr;
   attn::PlanPiece* pieces = nullptr;
   attn::PlanRow* rows = nullptr;
@@ -336,6 +391,12 @@ PagedAttentionRunner::PagedAttentionRunner(DType dtype, int head_dim, int q_head
   m.state_o = device_array<float>(capacity.state_entries * head_dim);
   m.state_lse = device_array<float>(capacity.state_entries);
   HG_CUDA_CHECK(cudaMemset(m.counts, 0, 2 * sizeof(std::int32_t)));
+  if (const char* env = std::getenv("HYDRAGEN_PDL"); env != nullptr && std::string(env) == "1") {
+    int device = 0, major = 0;
+    HG_CUDA_CHECK(cudaGetDevice(&device));
+    HG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    m.after_shared = major >= 9;
+  }
   if (const char* env = std::getenv("HYDRAGEN_ASYNC_UPLOAD"); env != nullptr && std::string(env) == "1") {
     auto bytes = [](std::int64_t n, std::size_t size) { return (std::max<std::int64_t>(n, 0) * size + 15) / 16 * 16; };
     const std::size_t total = bytes(capacity.pages, 4) + bytes(capacity.pieces, sizeof(attn::PlanPiece)) +
@@ -394,7 +455,7 @@ void PagedAttentionRunner::upload(const attn::AttentionPlan& plan, void* stream)
                                       ((items <= 8192 || pieces <= 2 * items) &&
                                        std::getenv("HYDRAGEN_DECODE_WIDE") == nullptr));
   }
-  m.decode_quad = m.kernels.decode_quad != nullptr && m.suffix_decode && suffix_items_are_lone_rows(plan);
+  m.decode_quad = m.suffix_decode ? quad_decode_keys(plan) : 0;
   const std::int32_t counts[2] = {static_cast<std::int32_t>(plan.shared_items.size()),
                                   static_cast<std::int32_t>(plan.suffix_items.size())};
   // Synchronous copies from pageable memory, or (with a stream and HYDRAGEN_ASYNC_UPLOAD=1)
@@ -426,7 +487,7 @@ void PagedAttentionRunner::upload(const attn::AttentionPlan& plan, void* stream)
 
 int PagedAttentionRunner::launch_variant() const {
   return (impl_->suffix_decode ? 1 : 0) | (impl_->decode_narrow ? 2 : 0) | (impl_->shared_ws ? 4 : 0) |
-         (impl_->decode_quad ? 8 : 0);
+         (impl_->decode_quad != 0 ? 8 : 0) | (impl_->decode_quad == 1 ? 16 : 0) | (impl_->after_shared ? 32 : 0);
 }
 
 void PagedAttentionRunner::poison_states() {
@@ -458,9 +519,12 @@ void PagedAttentionRunner::run(const PagedAttentionArgs& args, void* stream, boo
   }
   if (shared_only || m.suffix_grid == 0) return;
   p.items = m.suffix_items, p.item_count = m.counts + 1;
-  if (m.decode_quad) m.kernels.decode_quad(p, m.decode_quad_grid, st);
-  else if (m.suffix_decode) (m.decode_narrow ? m.kernels.decode_narrow : m.kernels.decode)(p, m.decode_grid, st);
-  else m.kernels.suffix(p, m.suffix_grid, st);
+  const bool pdl = m.after_shared && m.shared_grid > 0;
+  if (m.decode_quad != 0)
+    (m.decode_quad == 1 ? m.kernels.decode_quad1 : m.kernels.decode_quad4)(p, m.decode_quad_grid, st, pdl);
+  else if (m.suffix_decode)
+    (m.decode_narrow ? m.kernels.decode_narrow : m.kernels.decode)(p, m.decode_grid, st, pdl);
+  else m.kernels.suffix(p, m.suffix_grid, st, pdl);
   HG_CUDA_CHECK(cudaGetLastError());
 }
 

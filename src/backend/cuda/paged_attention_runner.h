@@ -56,8 +56,16 @@ attn::PlanOptions plan_options_for_device(DType dtype, int head_dim, AttentionMo
 bool suffix_runs_decode_kernel(const attn::AttentionPlan& plan);
 
 // Whether every suffix item of `plan` has one row and is its merge group's only item: the
-// plans decode_quad.cuh's kernel serves (opt-in HYDRAGEN_DECODE_KERNEL=quad). Host only.
+// plans decode_quad.cuh's kernel can serve. Host only.
 bool suffix_items_are_lone_rows(const attn::AttentionPlan& plan);
+
+// Which build of decode_quad.cuh's kernel serves the suffix launch of `plan` when it runs the
+// decode kernel: 0 none (one warp per item), 4 (four keys in flight) or 1 (one key in flight,
+// twice the resident blocks). Lone one-row items whose mean keys per item is at most
+// kQuadMaxMeanKeys (at most kQuadOneKeyMeanKeys: the one-key build). Host only; the rule and
+// its numbers in paged_attention_runner.cu; HYDRAGEN_DECODE_KERNEL=warp|quad|quad1 forces.
+inline constexpr std::int64_t kQuadMaxMeanKeys = 8, kQuadOneKeyMeanKeys = 2;
+int quad_decode_keys(const attn::AttentionPlan& plan);
 
 class PagedAttentionRunner {
  public:
@@ -79,6 +87,8 @@ class PagedAttentionRunner {
   void run(const PagedAttentionArgs& args, void* stream = nullptr, bool shared_only = false) const;
   // Which kernels run() launches for the last uploaded plan (the suffix kernel and its width
   // are chosen per plan): a CUDA graph captured under one variant replays that variant.
+  // Bits: 1 decode kernel (else mma), 2 its narrow build, 4 the TMA shared kernel, 8 a quad
+  // decode build, 16 its one-key build, 32 the suffix launch a dependent of the shared one (PDL).
   int launch_variant() const;
   // Fills the partial-state buffers with NaN (tests: every read entry must be written).
   void poison_states();

@@ -209,6 +209,7 @@ __global__ void __launch_bounds__(128 * WG, 2) shared_attention_wgmma_kernel(con
   unsigned char* skv = smem + 2 * Tile::kQHalf;  // stage s: K at s * 2 * kKvBytes, V after it
   const std::uint32_t sq_addr = ptx::smem_addr(sq), skv_addr = ptx::smem_addr(skv);
 
+  allow_dependent_launch();
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = warp / 4;
   const int group_size = p.q_heads / p.kv_heads;
   const int item_count = *p.item_count;

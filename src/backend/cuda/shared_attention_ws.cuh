@@ -91,6 +91,7 @@ __global__ void __launch_bounds__(384, 1)
   const std::uint32_t full_addr = ptx::smem_addr(smem + Tile::kBarrierOffset);
   const std::uint32_t empty_addr = full_addr + Tile::kStages * 8;
 
+  allow_dependent_launch();
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = warp / 4;
   if (tid == 0) {
     for (int s = 0; s < Tile::kStages; ++s) {
