@@ -515,10 +515,9 @@ attn::AttentionPlan one_segment_plan(int batch, int kv_heads, int q_heads, std::
 
 // The plans the four-lanes-per-item decode kernel can serve: one-row suffix items, each alone
 // in its merge group (MHA decode under a stacked prefix, and paged MHA over short contexts);
-// not GQA rows or a long context split across items. Which it does serve (quad_decode_keys):
-// those with few keys per item -- the one-key build for one-key suffixes, the four-key build
-// up to kQuadMaxMeanKeys, the warp kernel past it (64-key suffixes, paged contexts); the
-// environment forces. No GPU needed: host code.
+// not GQA rows or a long context split across items. Which it does serve (quad_decode_keys,
+// its one-key build): items of one or two keys at any batch, up to kQuadMaxMeanKeys with many
+// items; not 64-key suffixes or paged contexts; the environment forces. No GPU needed.
 TEST(CudaDispatch, QuadDecodeServesLoneOneRowItems) {
 #ifdef HYDRAGEN_WITH_CUDA
   EXPECT_TRUE(cuda::suffix_items_are_lone_rows(one_segment_plan(1024, 40, 40, 16384, 1, AttentionMode::hydragen)));
@@ -528,11 +527,14 @@ TEST(CudaDispatch, QuadDecodeServesLoneOneRowItems) {
   EXPECT_FALSE(cuda::suffix_items_are_lone_rows(one_segment_plan(1, 40, 40, 32768, 1, AttentionMode::paged)));
 
   const ScopedEnv unset("HYDRAGEN_DECODE_KERNEL", nullptr);
+  // Short items at any batch; up to kQuadMaxMeanKeys keys with >= kQuadManyItems items.
   EXPECT_EQ(cuda::quad_decode_keys(one_segment_plan(1024, 40, 40, 16384, 1, AttentionMode::hydragen)), 1);
   EXPECT_EQ(cuda::quad_decode_keys(one_segment_plan(64, 40, 40, 2048, 2, AttentionMode::hydragen)), 1);
-  EXPECT_EQ(cuda::quad_decode_keys(one_segment_plan(1024, 40, 40, 2048, 3, AttentionMode::hydragen)), 4);
+  EXPECT_EQ(cuda::quad_decode_keys(one_segment_plan(64, 40, 40, 2048, 3, AttentionMode::hydragen)), 0);
+  EXPECT_EQ(cuda::quad_decode_keys(one_segment_plan(1024, 40, 40, 2048, 3, AttentionMode::hydragen)), 1);
   EXPECT_EQ(cuda::quad_decode_keys(one_segment_plan(256, 40, 40, 2048, cuda::kQuadMaxMeanKeys, AttentionMode::hydragen)),
-            4);
+            1);
+  EXPECT_EQ(cuda::quad_decode_keys(one_segment_plan(128, 40, 40, 2048, 8, AttentionMode::hydragen)), 0);  // 5120 items
   EXPECT_EQ(
       cuda::quad_decode_keys(one_segment_plan(1024, 40, 40, 2048, cuda::kQuadMaxMeanKeys + 1, AttentionMode::hydragen)),
       0);

@@ -278,11 +278,19 @@ bool suffix_items_are_lone_rows(const attn::AttentionPlan& plan) {
   return true;
 }
 
-// H200, 40/40 (MHA), quad (four keys) against the warp kernel (docs/perf-notes.md v14-suffix):
-// one-key suffixes 0.49x (B=1024 1K), 0.58x (2K), 0.85x (16K), 0.95x (B=64); 64-key suffixes
-// 1.01x at B=1024 and 1.2-1.5x at B=64 (8 items per warp: too few warps for long items); the
-// paged baseline's long items 1.1-3.6x. Hence the bound on the mean keys per item.
-// HYDRAGEN_DECODE_KERNEL=warp|quad|quad1 forces (quad and quad1 where the items are lone rows).
+// H200, 40/40 (MHA) hydragen, prefix 2K, the quad kernel's builds forced against the warp
+// kernel (docs/perf-notes.md v14-suffix; whole attention step, ms):
+//   B=1024 (40960 items): suffix 1: warp 0.278, quad 0.162, quad1 0.165; 12: 0.297 / 0.218 /
+//     0.220; 32: 0.353 / 0.324 / 0.321; 64 (earlier run, quad): 1.01x warp.
+//   B=256 (10240 items): suffix 1: 0.094 / 0.069 / 0.065; 8: 0.095 / 0.082 / 0.075; 32:
+//     0.119 / 0.130 / 0.114.
+//   B=64 (2560 items): suffix 1: 0.048 / 0.045 / 0.044; 8: 0.047 / 0.049 / 0.052; 32: 0.057 /
+//     0.073 / 0.086 (8 items per warp: too few warps for longer items); the paged baseline's
+//     long items lost 1.1-3.6x.
+// So the one-key build (it matched or beat the four-key one at every point where either won):
+// for one- and two-key items at any batch, and up to 32 keys per item on average where the
+// launch has at least 8192 items. HYDRAGEN_DECODE_KERNEL=warp|quad|quad1 forces (quad and
+// quad1 where the items are lone rows).
 int quad_decode_keys(const attn::AttentionPlan& plan) {
   const char* env = std::getenv("HYDRAGEN_DECODE_KERNEL");
   const std::string force = env != nullptr ? env : "auto";
@@ -295,8 +303,9 @@ int quad_decode_keys(const attn::AttentionPlan& plan) {
   for (const attn::PlanItem& it : plan.suffix_items)
     for (int i = 0; i < it.piece_count; ++i) keys += plan.pieces[static_cast<std::size_t>(it.piece_begin + i)].tokens;
   const auto items = static_cast<std::int64_t>(plan.suffix_items.size());
-  if (keys <= kQuadOneKeyMeanKeys * items) return 1;
-  return keys <= kQuadMaxMeanKeys * items ? 4 : 0;
+  const bool served = keys <= kQuadShortMeanKeys * items ||
+                      (items >= kQuadManyItems && keys <= kQuadMaxMeanKeys * items);
+  return served ? 1 : 0;
 }
 
 bool supported_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128; }

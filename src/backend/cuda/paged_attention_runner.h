@@ -60,11 +60,12 @@ bool suffix_runs_decode_kernel(const attn::AttentionPlan& plan);
 bool suffix_items_are_lone_rows(const attn::AttentionPlan& plan);
 
 // Which build of decode_quad.cuh's kernel serves the suffix launch of `plan` when it runs the
-// decode kernel: 0 none (one warp per item), 4 (four keys in flight) or 1 (one key in flight,
-// twice the resident blocks). Lone one-row items whose mean keys per item is at most
-// kQuadMaxMeanKeys (at most kQuadOneKeyMeanKeys: the one-key build). Host only; the rule and
-// its numbers in paged_attention_runner.cu; HYDRAGEN_DECODE_KERNEL=warp|quad|quad1 forces.
-inline constexpr std::int64_t kQuadMaxMeanKeys = 8, kQuadOneKeyMeanKeys = 2;
+// decode kernel: 0 none (one warp per item), 1 (one key in flight, 4 blocks per SM) or 4 (four
+// keys in flight; forced only). The rule: lone one-row items with at most kQuadShortMeanKeys
+// keys per item on average, or at most kQuadMaxMeanKeys where there are at least
+// kQuadManyItems items, run the one-key build. Host only; numbers in paged_attention_runner.cu;
+// HYDRAGEN_DECODE_KERNEL=warp|quad|quad1 forces.
+inline constexpr std::int64_t kQuadShortMeanKeys = 2, kQuadMaxMeanKeys = 32, kQuadManyItems = 8192;
 int quad_decode_keys(const attn::AttentionPlan& plan);
 
 class PagedAttentionRunner {
