@@ -1,7 +1,6 @@
 // The suffix kernel for one-row items that are alone in their merge group (MHA decode: one
-// query row per sequence and head, its suffix not split), four lanes per item (v14-suffix,
-// written in session 6 after its last GPU run; opt-in HYDRAGEN_DECODE_KERNEL=quad until an A/B
-// says otherwise: docs/perf-notes.md v14-suffix).
+// query row per sequence and head, its suffix not split), four lanes per item (v14-suffix;
+// the runner's rule for when: quad_decode_keys, docs/perf-notes.md v14-suffix and v16-quad).
 //
 // Why: decode_attention.cuh gives each item a warp. An MHA step at batch 1024 has 40960 such
 // items, 26 per warp in flight one after another, each a chain of ~8 dependent memory round
@@ -10,7 +9,9 @@
 // Here a quad (four lanes) owns an item and each lane D / 4 of its dims, so a warp runs eight
 // items side by side and a launch needs ~5 rounds of chains instead of 26.
 //
-// Per item: Q (D / 4 dims per lane, fp32, scale folded in); the keys in blocks of kBlockKeys,
+// Per item: the other columns' lse (before the keys, so that round trip overlaps theirs); Q
+// (D / 4 dims per lane in 4-dim granules interleaved across the quad, fp32, scale folded in);
+// the keys in blocks of kBlockKeys,
 // every K and V load of a block issued before any is used; a key's score is the quad's sum of
 // its lanes' partial dot products (two shuffles within the quad); online softmax per block
 // (one rescale per block, exp2 domain); then the merge with the group's other columns (the
@@ -37,12 +38,20 @@ struct QuadShape {
   static constexpr int kThreads = 128;            // 32 items per block
   static constexpr int kItemsPerBlock = kThreads / 4;
   static constexpr int kDims = D / 4;             // dims per lane: 32 (D 128) or 16 (D 64)
-  static constexpr int kLoads = kDims * static_cast<int>(sizeof(T)) / 16;  // 16-byte loads per lane per row
+  static constexpr int kGranules = D / 16;        // a lane's 4-dim granules (see quad_dim)
   static constexpr int kBlockKeys = KB;
   static constexpr int kMinBlocks = KB == 1 ? 4 : 2;  // resident blocks per SM (__launch_bounds__)
+  static constexpr int kEarlyColumns = 4;         // columns whose lse is loaded before the keys
   static_assert(D == 64 || D == 128);
   static_assert(KB == 1 || KB == 4);
 };
+
+// First dim of granule g of lane `sub`: the quad's four lanes own four adjacent granules, so
+// each load or store instruction of the quad covers 32 contiguous bytes of a bf16/fp16 row
+// (one sector) and 64 of an fp32 state row. (v14 gave each lane D / 4 contiguous dims: the
+// lanes' accesses of one instruction lay 64 bytes apart, 4-byte output stores filled 4.1 of a
+// sector's 32 bytes and loads 15.4, per Nsight Compute at 40/40 B=1024 2K s1.)
+__device__ __forceinline__ int quad_dim(int g, int sub) { return (g * 4 + sub) * 4; }
 
 // The quad's sum of x (its four lanes hold partial sums of the same quantity).
 __device__ __forceinline__ float quad_sum(float x, unsigned mask) {
@@ -51,11 +60,17 @@ __device__ __forceinline__ float quad_sum(float x, unsigned mask) {
   return x;
 }
 
+template <class T>
+__device__ __forceinline__ void unpack4(const uint2& u, float* f) {
+  const float2 a = unpack2<T>(u.x), b = unpack2<T>(u.y);
+  f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
+}
+
 template <class T, int D, int KB>
 __global__ void __launch_bounds__(QuadShape<T, D, KB>::kThreads, QuadShape<T, D, KB>::kMinBlocks)
     decode_quad_kernel(const PagedAttentionParams p) {
   using Shape = QuadShape<T, D, KB>;
-  constexpr int DQ = Shape::kDims, NL = Shape::kLoads;
+  constexpr int DQ = Shape::kDims, NG = Shape::kGranules, EC = Shape::kEarlyColumns;
   const int lane = threadIdx.x % 32, sub = lane % 4;
   const unsigned mask = 0xFu << (lane & ~3);  // this quad's lanes
   const int item_index = blockIdx.x * Shape::kItemsPerBlock + threadIdx.x / 4;
@@ -66,18 +81,28 @@ __global__ void __launch_bounds__(QuadShape<T, D, KB>::kThreads, QuadShape<T, D,
   const int group_size = p.q_heads / p.kv_heads;
   const int head = it.kv_head * group_size + row.group;
   const std::int64_t qi = std::int64_t{row.token} * p.q_heads + head;
+  const std::int64_t first = row.state_base + std::int64_t{head};
   const T* kp = static_cast<const T*>(p.k_pool);
   const T* vp = static_cast<const T*>(p.v_pool);
 
+  // From here on the shared launch's states are read (and the output written). The other
+  // columns' lse now, so their round trip overlaps the Q and K/V loads instead of following
+  // the keys (the merge below reads the rest).
+  wait_for_shared_launch();
+  float early_lse[EC];
+#pragma unroll
+  for (int c = 0; c < EC; ++c)
+    early_lse[c] = c < grp.columns && c != it.column ? __ldcg(p.states.lse + first + std::int64_t{c} * row.state_stride)
+                                                     : -INFINITY;
+
   float q[DQ];
   {
-    const uint4* src = reinterpret_cast<const uint4*>(static_cast<const T*>(p.q) + qi * D + sub * DQ);
+    const uint2* src = reinterpret_cast<const uint2*>(static_cast<const T*>(p.q) + qi * D);
 #pragma unroll
-    for (int c = 0; c < NL; ++c) {
-      float f[8];
-      unpack8<T>(src[c], f);
+    for (int g = 0; g < NG; ++g) {
+      unpack4<T>(src[quad_dim(g, sub) / 4], q + 4 * g);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) q[c * 8 + i] = f[i] * p.scale_log2;
+      for (int i = 0; i < 4; ++i) q[4 * g + i] *= p.scale_log2;
     }
   }
   float m = -INFINITY, l = 0.f, acc[DQ];
@@ -88,18 +113,18 @@ __global__ void __launch_bounds__(QuadShape<T, D, KB>::kThreads, QuadShape<T, D,
     const attn::PlanPiece piece = p.pieces[it.piece_begin + pi];
     for (int k0 = 0; k0 < piece.tokens; k0 += KB) {
       // Every K and V load of the block first.
-      uint4 kr[KB][NL], vr[KB][NL];
+      uint2 kr[KB][NG], vr[KB][NG];
 #pragma unroll
       for (int j = 0; j < KB; ++j) {
 #pragma unroll
-        for (int c = 0; c < NL; ++c) kr[j][c] = vr[j][c] = make_uint4(0, 0, 0, 0);
+        for (int g = 0; g < NG; ++g) kr[j][g] = vr[j][g] = make_uint2(0, 0);
         if (k0 + j >= piece.tokens) continue;  // past the piece: zeros, masked below
         const int tok = piece.token_begin + k0 + j;
-        const std::int64_t off = (std::int64_t{pool_slot(p, piece, tok)} * p.kv_heads + it.kv_head) * D + sub * DQ;
-        const uint4* ks = reinterpret_cast<const uint4*>(kp + off);
-        const uint4* vs = reinterpret_cast<const uint4*>(vp + off);
+        const std::int64_t off = (std::int64_t{pool_slot(p, piece, tok)} * p.kv_heads + it.kv_head) * D;
+        const uint2* ks = reinterpret_cast<const uint2*>(kp + off);
+        const uint2* vs = reinterpret_cast<const uint2*>(vp + off);
 #pragma unroll
-        for (int c = 0; c < NL; ++c) kr[j][c] = ks[c], vr[j][c] = vs[c];
+        for (int g = 0; g < NG; ++g) kr[j][g] = ks[quad_dim(g, sub) / 4], vr[j][g] = vs[quad_dim(g, sub) / 4];
       }
       float s[KB];
       float mx = m;
@@ -107,11 +132,11 @@ __global__ void __launch_bounds__(QuadShape<T, D, KB>::kThreads, QuadShape<T, D,
       for (int j = 0; j < KB; ++j) {
         float part = 0.f;
 #pragma unroll
-        for (int c = 0; c < NL; ++c) {
-          float k[8];
-          unpack8<T>(kr[j][c], k);
+        for (int g = 0; g < NG; ++g) {
+          float k[4];
+          unpack4<T>(kr[j][g], k);
 #pragma unroll
-          for (int i = 0; i < 8; ++i) part = fmaf(q[c * 8 + i], k[i], part);
+          for (int i = 0; i < 4; ++i) part = fmaf(q[4 * g + i], k[i], part);
         }
         s[j] = quad_sum(part, mask);
         const int pos = piece.position + k0 + j;
@@ -130,11 +155,11 @@ __global__ void __launch_bounds__(QuadShape<T, D, KB>::kThreads, QuadShape<T, D,
         l += pr;
         if (pr == 0.f) continue;  // a masked key
 #pragma unroll
-        for (int c = 0; c < NL; ++c) {
-          float v[8];
-          unpack8<T>(vr[j][c], v);
+        for (int g = 0; g < NG; ++g) {
+          float v[4];
+          unpack4<T>(vr[j][g], v);
 #pragma unroll
-          for (int i = 0; i < 8; ++i) acc[c * 8 + i] = fmaf(pr, v[i], acc[c * 8 + i]);
+          for (int i = 0; i < 4; ++i) acc[4 * g + i] = fmaf(pr, v[i], acc[4 * g + i]);
         }
       }
     }
@@ -146,14 +171,15 @@ __global__ void __launch_bounds__(QuadShape<T, D, KB>::kThreads, QuadShape<T, D,
 #pragma unroll
   for (int i = 0; i < DQ; ++i) acc[i] *= inv;
   float out_lse = own_lse;
-  // Everything above reads only the plan, Q and the pools, all written before the shared
-  // launch began; from here on, the shared launch's states (and the output's writes).
-  wait_for_shared_launch();
   if (grp.columns > 1) {
-    const std::int64_t first = row.state_base + std::int64_t{head};
+    auto column_lse = [&](int c) {  // c != it.column
+      return c < EC ? early_lse[c] : __ldcg(p.states.lse + first + std::int64_t{c} * row.state_stride);
+    };
     float mxl = own_lse;
-    for (int c = 0; c < grp.columns; ++c)
-      if (c != it.column) mxl = fmaxf(mxl, __ldcg(p.states.lse + first + std::int64_t{c} * row.state_stride));
+#pragma unroll
+    for (int c = 0; c < EC; ++c) mxl = fmaxf(mxl, early_lse[c]);  // -inf past the columns and at its own
+    for (int c = EC; c < grp.columns; ++c)
+      if (c != it.column) mxl = fmaxf(mxl, column_lse(c));
     if (mxl == -INFINITY) {
 #pragma unroll
       for (int i = 0; i < DQ; ++i) acc[i] = 0.f;
@@ -164,18 +190,18 @@ __global__ void __launch_bounds__(QuadShape<T, D, KB>::kThreads, QuadShape<T, D,
       for (int c = 0; c < grp.columns; ++c) {
         const std::int64_t e = first + std::int64_t{c} * row.state_stride;
         const bool own = c == it.column;
-        const float w = __expf((own ? own_lse : __ldcg(p.states.lse + e)) - mxl);
+        const float w = __expf((own ? own_lse : column_lse(c)) - mxl);
         if (w == 0.f) continue;  // an empty or negligible state; its o may be unwritten
         sum += w;
         if (own) {
 #pragma unroll
           for (int i = 0; i < DQ; ++i) a[i] += w * acc[i];
         } else {
-          const float4* src = reinterpret_cast<const float4*>(p.states.o + e * D + sub * DQ);
+          const float4* src = reinterpret_cast<const float4*>(p.states.o + e * D);
 #pragma unroll
-          for (int c4 = 0; c4 < DQ / 4; ++c4) {
-            const float4 x = __ldcg(src + c4);
-            a[c4 * 4 + 0] += w * x.x, a[c4 * 4 + 1] += w * x.y, a[c4 * 4 + 2] += w * x.z, a[c4 * 4 + 3] += w * x.w;
+          for (int g = 0; g < NG; ++g) {
+            const float4 x = __ldcg(src + quad_dim(g, sub) / 4);
+            a[4 * g + 0] += w * x.x, a[4 * g + 1] += w * x.y, a[4 * g + 2] += w * x.z, a[4 * g + 3] += w * x.w;
           }
         }
       }
@@ -185,9 +211,10 @@ __global__ void __launch_bounds__(QuadShape<T, D, KB>::kThreads, QuadShape<T, D,
       out_lse = mxl + __logf(sum);
     }
   }
-  T* out = static_cast<T*>(p.out) + qi * D + sub * DQ;
+  uint2* out = reinterpret_cast<uint2*>(static_cast<T*>(p.out) + qi * D);
 #pragma unroll
-  for (int i = 0; i < DQ; i += 2) *reinterpret_cast<std::uint32_t*>(out + i) = ptx::pack2<T>(acc[i], acc[i + 1]);
+  for (int g = 0; g < NG; ++g)
+    out[quad_dim(g, sub) / 4] = make_uint2(ptx::pack2<T>(acc[4 * g], acc[4 * g + 1]), ptx::pack2<T>(acc[4 * g + 2], acc[4 * g + 3]));
   if (sub == 0) p.out_lse[qi] = out_lse;
 }
 
