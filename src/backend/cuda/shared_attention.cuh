@@ -115,20 +115,6 @@ __device__ __forceinline__ void load_q_rows(const PagedAttentionParams& p, const
   }
 }
 
-// The lines of rows [first, first + count) of an item's Q tile into L1 (prefetch.global.L1: no
-// registers held), so a load_q_rows of the same rows after it finds them there.
-__device__ __forceinline__ void prefetch_q_rows(const PagedAttentionParams& p, const attn::PlanItem& it, int first,
-                                                int count, int t, int threads, int group_size, int bytes_per_elem) {
-  for (int id = t; id < count * 2; id += threads) {  // two 128-byte lines per row of 128 halves
-    const int r = first + id / 2;
-    if (r >= it.row_count) continue;
-    const attn::PlanRow row = p.rows[it.row_begin + r];
-    const std::int64_t qi = std::int64_t{row.token} * p.q_heads + it.kv_head * group_size + row.group;
-    const char* line = static_cast<const char*>(p.q) + (qi * 128 + (id % 2) * 64) * bytes_per_elem;
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(line));
-  }
-}
-
 // Causal limits of this thread's two rows (INT32_MAX past the item's rows); returns the smaller.
 __device__ __forceinline__ int row_key_limits(const PagedAttentionParams& p, const attn::PlanItem& it, int r0,
                                               int (&limit)[2]) {

@@ -388,10 +388,7 @@ __global__ void __launch_bounds__(384, 1)
       keep_pk();
       if (lane == 0) wgmma::mbar_arrive(empty_addr + 8 * prev_stage);
     }
-    // The next item's Q rows toward L1 while this one's states are written: its load_q_rows
-    // then waits for L1 instead of a row and a Q round trip to L2 or DRAM.
-    if (const int next = item_index + gridDim.x; next < item_count)
-      prefetch_q_rows(p, p.items[next], cw * 64, 64, ctid, 128, group_size, int(sizeof(T)));
+
     write_tile_states(p, it, o, m, l, r0, lane, group_size);
   }
 #endif
