@@ -173,7 +173,12 @@ __global__ void __launch_bounds__(QuadShape<T, D, KB>::kThreads, QuadShape<T, D,
   float out_lse = own_lse;
   if (grp.columns > 1) {
     auto column_lse = [&](int c) {  // c != it.column
-      return c < EC ? early_lse[c] : __ldcg(p.states.lse + first + std::int64_t{c} * row.state_stride);
+      if (c >= EC) return __ldcg(p.states.lse + first + std::int64_t{c} * row.state_stride);
+      float v = -INFINITY;  // (selected, not indexed: an indexed early_lse lived in local memory)
+#pragma unroll
+      for (int k = 0; k < EC; ++k)
+        if (k == c) v = early_lse[k];
+      return v;
     };
     float mxl = own_lse;
 #pragma unroll
