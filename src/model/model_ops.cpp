@@ -7,11 +7,17 @@
 #include <cstring>
 #include <vector>
 
+#include "core/blas.h"
+#include "core/thread_pool.h"
 #include "hydragen/error.h"
 
 namespace hydragen {
 
 namespace {
+
+// linear's column blocks, and the work (multiply-adds) below which they run on the caller.
+constexpr std::int64_t kLinearColumns = 256;
+constexpr std::int64_t kLinearParallelMacs = std::int64_t{1} << 20;
 
 void check_f32_matrix(const char* function, const char* name, const Tensor& t) {
   HG_CHECK(t.defined() && t.rank() == 2 && t.dtype() == DType::f32 && t.device() == Device::cpu &&
@@ -74,9 +80,22 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
     }
     beta = 1.0f;
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(out_features),
-              static_cast<int>(in), 1.0f, x.data<float>(), static_cast<int>(in), w.data<float>(), static_cast<int>(in),
-              beta, y.data<float>(), static_cast<int>(out_features));
+  // Blocks of kLinearColumns output columns, one single-threaded sgemm each, on the process
+  // pool. The blocks depend on the shape only, so every output sums in the same order whatever
+  // the pool's size or timing.
+  use_single_threaded_blas();
+  const std::int64_t blocks = (out_features + kLinearColumns - 1) / kLinearColumns;
+  auto block = [&](std::int64_t b) {
+    const std::int64_t c0 = b * kLinearColumns, n = std::min(kLinearColumns, out_features - c0);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(n),
+                static_cast<int>(in), 1.0f, x.data<float>(), static_cast<int>(in), w.data<float>() + c0 * in,
+                static_cast<int>(in), beta, y.data<float>() + c0, static_cast<int>(out_features));
+  };
+  if (blocks == 1 || rows * in * out_features < kLinearParallelMacs) {
+    for (std::int64_t b = 0; b < blocks; ++b) block(b);
+  } else {
+    ThreadPool::global().parallel_for(blocks, block);
+  }
   return y;
 }
 

@@ -16,7 +16,9 @@ Tensor embed_rows(const Tensor& table, std::span<const std::int32_t> tokens);
 Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps);
 
 // y = x W^T (+ bias): x [rows, in], w [out, in] (PyTorch's Linear layout), bias [out] or
-// undefined. One OpenBLAS sgemm.
+// undefined. Single-threaded OpenBLAS sgemms over blocks of output columns, spread over
+// ThreadPool::global() (so not from inside one of its parallel_for bodies); the same bits for
+// the same inputs whatever the thread count.
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias = {});
 
 // gate = silu(gate) * up, in place; silu(g) = g / (1 + e^-g). Same shapes.

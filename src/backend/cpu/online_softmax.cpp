@@ -6,7 +6,8 @@
 #include <bit>
 #include <cmath>
 #include <limits>
-#include <mutex>
+
+#include "core/blas.h"
 
 namespace hydragen::cpu {
 
@@ -33,12 +34,6 @@ inline float exp_nonpositive(float x) {
   p = p * r * r + r + 1.0f;
   const auto exponent_bits = static_cast<std::uint32_t>(static_cast<std::int32_t>(n) + 127) << 23;
   return p * std::bit_cast<float>(exponent_bits);
-}
-
-// Our threads already split the work; OpenBLAS threading inside them would oversubscribe.
-void use_single_threaded_blas() {
-  static std::once_flag once;
-  std::call_once(once, [] { openblas_set_num_threads(1); });
 }
 
 }  // namespace
