@@ -1,11 +1,16 @@
 // The CPU model ops that no forward-pass test pins down on their own: copy_slots, the K/V row
-// copy inside a page pool (the dense baseline's per-sequence copies), and its input checks.
+// copy inside a page pool (the dense baseline's per-sequence copies), and its input checks;
+// linear at shapes past the tiny model's (its column blocks on the thread pool).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <tuple>
 #include <string>
 #include <vector>
 
+#include "attention_test_util.h"
 #include "hydragen/error.h"
 #include "hydragen/tensor.h"
 #include "model/model_ops.h"
@@ -17,6 +22,40 @@ Tensor slot_tensor(std::vector<std::int32_t> slots) {
   Tensor t = Tensor::empty({static_cast<std::int64_t>(slots.size())}, DType::i32);
   for (std::size_t i = 0; i < slots.size(); ++i) t.data<std::int32_t>()[i] = slots[i];
   return t;
+}
+
+// linear against a float64 product, with a bias, at shapes whose output columns end inside a
+// column block and whose work runs the blocks on the pool (and one that stays on the caller);
+// outputs start as NaN (Tensor::empty is uninitialised: every element must be written). Then
+// the same inputs again: the same bits.
+TEST(ModelOps, LinearMatchesFloat64AcrossColumnBlocks) {
+  testing::Rng rng;
+  SCOPED_TRACE(rng.trace());
+  for (const auto& [rows, in, out] : std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t>>{
+           {33, 1000, 3000}, {1, 4096, 1030}, {5, 64, 300}, {64, 257, 255}}) {
+    const Tensor x = testing::random_tensor({rows, in}, DType::f32, rng);
+    const Tensor w = testing::random_tensor({out, in}, DType::f32, rng);
+    const Tensor bias = testing::random_tensor({out}, DType::f32, rng);
+    const Tensor y = linear(x, w, bias);
+    ASSERT_EQ(y.shape(), (std::vector<std::int64_t>{rows, out}));
+    double worst = 0;
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < out; ++c) {
+        double ref = bias.data<float>()[c], magnitude = std::abs(ref);  // magnitude: the sum of |terms|
+        for (std::int64_t k = 0; k < in; ++k) {
+          const double term = double(x.data<float>()[r * in + k]) * double(w.data<float>()[c * in + k]);
+          ref += term, magnitude += std::abs(term);
+        }
+        const double got = y.data<float>()[r * out + c];
+        ASSERT_TRUE(std::isfinite(got)) << rows << "x" << in << "x" << out << " at " << r << ", " << c;
+        worst = std::max(worst, std::abs(got - ref) / magnitude);
+      }
+    // fp32 sums of `in` terms: well under in x 2^-24 of the terms' magnitude; a wrong block
+    // offset or an unwritten column is off by the whole magnitude.
+    EXPECT_LE(worst, 1e-5) << rows << "x" << in << "x" << out;
+    const Tensor again = linear(x, w, bias);
+    EXPECT_EQ(std::memcmp(again.data<float>(), y.data<float>(), y.bytes()), 0) << rows << "x" << in << "x" << out;
+  }
 }
 
 TEST(ModelOps, CopySlotsCopiesRowsInsideThePool) {
