@@ -563,6 +563,26 @@ TEST(CudaDispatch, QuadDecodeServesLoneOneRowItems) {
 #endif
 }
 
+// PlanCapacity::holds, the engine's test for a larger runner: every size counts, each alone.
+// No GPU needed: host code.
+TEST(CudaDispatch, PlanCapacityHoldsEverySize) {
+#ifdef HYDRAGEN_WITH_CUDA
+  const cuda::PlanCapacity cap{10, 20, 30, 40, 50, 60, 70};
+  EXPECT_TRUE(cap.holds(cap));
+  EXPECT_TRUE(cap.holds(cuda::PlanCapacity{}));
+  for (int field = 0; field < 7; ++field) {
+    cuda::PlanCapacity need = cap;
+    std::int64_t* sizes[] = {&need.pages, &need.pieces, &need.rows, &need.shared_items, &need.suffix_items,
+                             &need.groups, &need.state_entries};
+    ++*sizes[field];
+    EXPECT_FALSE(cap.holds(need)) << "field " << field;
+    EXPECT_TRUE(cap.max(need).holds(need)) << "field " << field;
+  }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
 // The suffix kernel choice: the decode kernel when the suffix items are short per item AND
 // per merge group, else the mma kernel. Yi-6B's shape (32/4) paged over a 20K document takes
 // the mma kernel at 32 and 64 questions (at 32 the split items are short but each row group

@@ -208,13 +208,8 @@ class CudaModelRunner final : public ModelRunner {
   // runner (and drops the graphs that captured the old one's buffers).
   void upload(const attn::AttentionPlan& plan) {
     const cuda::PlanCapacity need = cuda::PlanCapacity::of(plan);
-    auto fits = [&](const cuda::PlanCapacity& c) {
-      return need.pages <= c.pages && need.pieces <= c.pieces && need.rows <= c.rows &&
-             need.shared_items <= c.shared_items && need.suffix_items <= c.suffix_items && need.groups <= c.groups &&
-             need.state_entries <= c.state_entries;
-    };
     const int tile_rows = plan_options(AttentionMode::hydragen).shared_tile_rows;
-    if (!attention_ || !fits(attention_capacity_)) {
+    if (!attention_ || !attention_capacity_.holds(need)) {
       auto grow = [](std::int64_t v) { return std::max<std::int64_t>(64, v + v / 2); };
       const cuda::PlanCapacity old = attention_ ? attention_capacity_ : cuda::PlanCapacity{};
       attention_capacity_ = old.max({grow(need.pages), grow(need.pieces), grow(need.rows), grow(need.shared_items),

@@ -339,6 +339,11 @@ PlanCapacity PlanCapacity::of(const attn::AttentionPlan& plan) {
           plan.state_entries};
 }
 
+bool PlanCapacity::holds(const PlanCapacity& need) const {
+  return need.pages <= pages && need.pieces <= pieces && need.rows <= rows && need.shared_items <= shared_items &&
+         need.suffix_items <= suffix_items && need.groups <= groups && need.state_entries <= state_entries;
+}
+
 PlanCapacity PlanCapacity::max(const PlanCapacity& o) const {
   return {std::max(pages, o.pages), std::max(pieces, o.pieces), std::max(rows, o.rows),
           std::max(shared_items, o.shared_items), std::max(suffix_items, o.suffix_items),

@@ -18,6 +18,8 @@ struct PlanCapacity {
                state_entries = 0;
   static PlanCapacity of(const attn::AttentionPlan& plan);
   PlanCapacity max(const PlanCapacity& other) const;
+  // Whether every size of `need` fits this capacity.
+  bool holds(const PlanCapacity& need) const;
 };
 
 // Device pointers of one step's tensors.
