@@ -416,9 +416,11 @@ TEST(CudaAttention, QuadDecodeKernelMatchesReference) {
     const AttentionMode mode = trial % 4 == 2 ? AttentionMode::paged : AttentionMode::hydragen;
     const testing::PagedCase c = testing::random_paged_case(shape, rng);
     attn::PlanOptions options = cuda::plan_options_for_device(DType::bf16, shape.head_dim, mode, true);
-    // Split suffixes (not the quad kernel's), or none at all.
+    // Split suffixes (not the quad kernel's), or none at all. The last GQA trial as one-row
+    // suffix items (PlanOptions::suffix_tile_rows = 1, e8): lone rows too.
     options.suffix_min_split_tokens = trial % 5 == 4 ? 32 : std::int64_t{1} << 40;
-    const bool lone = shape.groups == 1 && shape.max_query_tokens == 1 && trial % 5 != 4;
+    if (trial == 15) options.suffix_tile_rows = 1;
+    const bool lone = (shape.groups == 1 || trial == 15) && shape.max_query_tokens == 1 && trial % 5 != 4;
     lone_by_design += lone;
     if (mode == AttentionMode::hydragen && trial % 3 == 0)
       options.min_sharers_to_stack = 1, options.min_segment_tokens_to_stack = 1, options.fold_when_stacking_saves_little = false;

@@ -75,6 +75,7 @@ TEST(PagedAttentionCpu, RandomForestsMatchFloat64Reference) {
     if (split) shape.segment_lengths.push_back(1100);
     attn::PlanOptions options = plan_options(mode, dispatch, split, trial);
     options.causal = trial % 9 != 8;
+    options.suffix_tile_rows = std::vector<int>{attn::kSuffixTileRows, 1, 3}[trial % 7 % 3];  // (one-row items: e8)
     const float scale = trial % 7 == 6 ? 0.3f : 0.f;
 
     const PagedCase c = random_paged_case(shape, rng);
@@ -86,7 +87,8 @@ TEST(PagedAttentionCpu, RandomForestsMatchFloat64Reference) {
     const std::string what = concat("trial ", trial, " mode ", mode_name(mode), " page ", shape.page_size, " d ",
                                     shape.head_dim, " G ", shape.groups, " Hkv ", shape.kv_heads, " depth ", shape.depth,
                                     " batch ", shape.batch, " T<=", shape.max_query_tokens, " dispatch ",
-                                    static_cast<int>(dispatch), split ? " split" : "", options.causal ? "" : " non-causal");
+                                    static_cast<int>(dispatch), split ? " split" : "", options.causal ? "" : " non-causal",
+                                    " suffix tile rows ", options.suffix_tile_rows);
     expect_state_near(run_plan(plan, c, scale), ref, kTolerance, what);
 
     stacked += plan.stacked_segments > 0;

@@ -120,11 +120,14 @@ TEST(PagedPlan, RandomTreesReadEveryKeyOnce) {
       options.shared_slots = options.suffix_slots = trial % 3 == 0 ? 1 : 300;  // with and without split-KV
       options.shared_tile_rows = trial % 2 ? 64 : 128;
       options.shared_split_past_one_wave = trial % 4 == 1;
+      options.suffix_tile_rows = trial % 5 == 2 ? 1 : trial % 5 == 3 ? 5 : kSuffixTileRows;
       const AttentionPlan plan = build_attention_plan(layout, options);
       if (mode == AttentionMode::paged) {
         EXPECT_TRUE(plan.shared_items.empty());
       }
-      SCOPED_TRACE(::testing::Message() << "trial " << trial << " mode " << mode_name(mode));
+      SCOPED_TRACE(::testing::Message() << "trial " << trial << " mode " << mode_name(mode) << " suffix tile rows "
+                                        << options.suffix_tile_rows);
+      for (const PlanItem& it : plan.suffix_items) ASSERT_LE(it.row_count, options.suffix_tile_rows);
       check_coverage(layout, plan);
     }
   }
@@ -357,6 +360,16 @@ TEST(PagedPlan, RejectsBadLayouts) {
   EXPECT_THROW(build_attention_plan(layout), Error);
   layout.sequences = {{0, 60, {3, 4}, 1, 10}};
   EXPECT_NO_THROW(build_attention_plan(layout));
+  for (const int rows : {0, kSuffixTileRows + 1}) {  // suffix items of 1..kSuffixTileRows rows
+    PlanOptions options;
+    options.suffix_tile_rows = rows;
+    try {
+      build_attention_plan(layout, options);
+      FAIL() << "suffix_tile_rows " << rows << " should throw";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("suffix_tile_rows"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

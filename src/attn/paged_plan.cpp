@@ -86,6 +86,8 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
   validate_layout(layout);
   HG_CHECK(options.shared_tile_rows == 64 || options.shared_tile_rows == 128,
            "build_attention_plan: shared_tile_rows must be 64 or 128, got ", options.shared_tile_rows);
+  HG_CHECK(options.suffix_tile_rows >= 1 && options.suffix_tile_rows <= kSuffixTileRows,
+           "build_attention_plan: suffix_tile_rows must be 1..", kSuffixTileRows, ", got ", options.suffix_tile_rows);
   HG_CHECK(options.shared_min_split_tokens >= 1 && options.shared_short_split_tokens >= 1 &&
                options.suffix_min_split_tokens >= 1,
            "build_attention_plan: min split tokens must be positive, got shared ", options.shared_min_split_tokens,
@@ -130,7 +132,7 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
   // Suffix items of sequence s before splitting (kv heads x row tiles), and their sum: the
   // base the suffix splits fill the slots from.
   auto suffix_tiles = [&](int s) {
-    return std::int64_t{hkv} * ceil_div(std::int64_t{layout.sequences[s].query_tokens} * groups, kSuffixTileRows);
+    return std::int64_t{hkv} * ceil_div(std::int64_t{layout.sequences[s].query_tokens} * groups, options.suffix_tile_rows);
   };
   std::int64_t suffix_base_items = 0;
   for (int s = 0; s < num_sequences; ++s) suffix_base_items += suffix_tiles(s);
@@ -328,7 +330,7 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
     count += append_pieces(plan.pieces, seq_page_offset[s], seq.suffix_tokens, context[s] - seq.suffix_tokens,
                            seq.first_slot);
     const std::size_t first_group = plan.groups.size();
-    emit_items(plan.suffix_items, row_begin, std::int64_t{seq.query_tokens} * groups, kSuffixTileRows, piece_begin,
+    emit_items(plan.suffix_items, row_begin, std::int64_t{seq.query_tokens} * groups, options.suffix_tile_rows, piece_begin,
                count, own_splits[s], shared_columns[s], true);
     for (std::size_t g = first_group; g < plan.groups.size(); ++g) plan.groups[g].columns = columns[s];
   }

@@ -138,6 +138,10 @@ struct PlanOptions {
   int shared_full_tile_slots = 0;
   int suffix_slots = kSuffixSlots;
   std::int64_t suffix_min_split_tokens = kMinSuffixSplitTokens;
+  // Query rows per suffix item, 1..kSuffixTileRows. Fewer rows: more, shorter items, each
+  // reading its K/V again (from L2 mostly), and one merge group per tile (a GQA decode step of
+  // few sequences as one-row items: docs/perf-notes.md e8).
+  int suffix_tile_rows = kSuffixTileRows;
   // Fewest keys per split of a stacked segment (the shared kernel's items), and the floor for
   // a short segment's up to kShortSplits pieces (see kShortSplitTokens).
   std::int64_t shared_min_split_tokens = kMinSplitTokens;
