@@ -91,7 +91,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
                 static_cast<int>(in), 1.0f, x.data<float>(), static_cast<int>(in), w.data<float>() + c0 * in,
                 static_cast<int>(in), beta, y.data<float>() + c0, static_cast<int>(out_features));
   };
-  if (blocks == 1 || rows * in * out_features < kLinearParallelMacs) {
+  if (rows * in * out_features < kLinearParallelMacs) {
     for (std::int64_t b = 0; b < blocks; ++b) block(b);
   } else {
     ThreadPool::global().parallel_for(blocks, block);

@@ -33,10 +33,13 @@ namespace hydragen::cuda {
 // KB: keys whose K and V are in flight together. 4 for items of several keys; 1 for items of
 // one or two keys (a one-key decode suffix), whose registers (~half) let 4 blocks share an SM
 // instead of 2, so a launch of 40960 items needs ~2.5 rounds of load chains instead of ~5.
+// Items per 128-thread block (a quad each), whatever the build: the runner sizes the grid by it.
+inline constexpr int kQuadItemsPerBlock = 32;
+
 template <class T, int D, int KB>
 struct QuadShape {
-  static constexpr int kThreads = 128;            // 32 items per block
-  static constexpr int kItemsPerBlock = kThreads / 4;
+  static constexpr int kThreads = 4 * kQuadItemsPerBlock;
+  static constexpr int kItemsPerBlock = kQuadItemsPerBlock;
   static constexpr int kDims = D / 4;             // dims per lane: 32 (D 128) or 16 (D 64)
   static constexpr int kGranules = D / 16;        // a lane's 4-dim granules (see quad_dim)
   static constexpr int kBlockKeys = KB;

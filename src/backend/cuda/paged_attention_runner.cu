@@ -52,8 +52,9 @@ using LaunchFn = void (*)(const PagedAttentionParams&, int grid, cudaStream_t);
 // shared launch just before it on the stream (PDL, paged_attention.cuh's wait_for_shared_launch).
 using SuffixLaunchFn = void (*)(const PagedAttentionParams&, int grid, cudaStream_t, bool after_shared);
 
+// kernel(p) on `stream`; after_shared: as that dependent.
 template <class Kernel>
-void launch_suffix_kernel(Kernel kernel, int grid, int threads, int smem_bytes, cudaStream_t stream, bool after_shared,
+void launch_kernel(Kernel kernel, int grid, int threads, int smem_bytes, cudaStream_t stream, bool after_shared,
                           const PagedAttentionParams& p) {
   if (!after_shared) {
     kernel<<<grid, threads, smem_bytes, stream>>>(p);
@@ -72,15 +73,15 @@ void launch_suffix_kernel(Kernel kernel, int grid, int threads, int smem_bytes, 
   HG_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p));
 }
 
+// The mma.sync kernel: as the suffix launch (launch_mma) or the shared one (launch).
 template <class T, int D, int WM, int WN>
-void launch(const PagedAttentionParams& p, int grid, cudaStream_t stream) {
+void launch_mma(const PagedAttentionParams& p, int grid, cudaStream_t stream, bool after_shared) {
   using Tile = PagedTile<T, D, WM, WN>;
-  paged_attention_kernel<T, D, WM, WN><<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
+  launch_kernel(paged_attention_kernel<T, D, WM, WN>, grid, Tile::kThreads, Tile::kSmemBytes, stream, after_shared, p);
 }
 template <class T, int D, int WM, int WN>
-void launch_suffix_mma(const PagedAttentionParams& p, int grid, cudaStream_t stream, bool after_shared) {
-  using Tile = PagedTile<T, D, WM, WN>;
-  launch_suffix_kernel(paged_attention_kernel<T, D, WM, WN>, grid, Tile::kThreads, Tile::kSmemBytes, stream, after_shared, p);
+void launch(const PagedAttentionParams& p, int grid, cudaStream_t stream) {
+  launch_mma<T, D, WM, WN>(p, grid, stream, false);
 }
 
 // Raises the kernel's shared-memory limit once; returns resident blocks per SM.
@@ -100,7 +101,7 @@ int prepare() {
 template <class T, int D, int MinBlocks, int MaxRows>
 void launch_decode(const PagedAttentionParams& p, int grid, cudaStream_t stream, bool after_shared) {
   using Shape = DecodeShape<T, D>;
-  launch_suffix_kernel(decode_attention_kernel<T, D, MinBlocks, MaxRows>, grid, Shape::kThreads,
+  launch_kernel(decode_attention_kernel<T, D, MinBlocks, MaxRows>, grid, Shape::kThreads,
                        Shape::smem_bytes(MaxRows), stream, after_shared, p);
 }
 template <class T, int D, int MinBlocks, int MaxRows>
@@ -118,7 +119,7 @@ constexpr int kDecodeItemsPerBlock = 4;  // DecodeShape::kWarps
 
 template <class T, int D, int KB>
 void launch_decode_quad(const PagedAttentionParams& p, int grid, cudaStream_t stream, bool after_shared) {
-  launch_suffix_kernel(decode_quad_kernel<T, D, KB>, grid, QuadShape<T, D, KB>::kThreads, 0, stream, after_shared, p);
+  launch_kernel(decode_quad_kernel<T, D, KB>, grid, QuadShape<T, D, KB>::kThreads, 0, stream, after_shared, p);
 }
 
 }  // namespace
@@ -232,9 +233,9 @@ void use_wgmma_shared(KernelPair& k, int shared_tile_rows) {
 
 template <class T, int D>
 KernelPair kernels_for(int shared_tile_rows) {
-  KernelPair k = shared_tile_rows == 128 ? KernelPair{launch<T, D, 8, 1>, launch_suffix_mma<T, D, 1, 4>,
+  KernelPair k = shared_tile_rows == 128 ? KernelPair{launch<T, D, 8, 1>, launch_mma<T, D, 1, 4>,
                                                       prepare<T, D, 8, 1>(), prepare<T, D, 1, 4>()}
-                                         : KernelPair{launch<T, D, 4, 1>, launch_suffix_mma<T, D, 1, 4>,
+                                         : KernelPair{launch<T, D, 4, 1>, launch_mma<T, D, 1, 4>,
                                                       prepare<T, D, 4, 1>(), prepare<T, D, 1, 4>()};
   use_wgmma_shared<T, D>(k, shared_tile_rows);
   k.decode = launch_decode<T, D, 2, 8>, k.decode_blocks_per_sm = prepare_decode<T, D, 2, 8>();
@@ -399,7 +400,7 @@ PagedAttentionRunner::PagedAttentionRunner(DType dtype, int head_dim, int q_head
   m.suffix_grid = static_cast<int>(std::min<std::int64_t>(capacity.suffix_items, sms * m.kernels.suffix_blocks_per_sm));
   // decode: one warp per item, blocks past the item count exit at once
   m.decode_grid = static_cast<int>((capacity.suffix_items + kDecodeItemsPerBlock - 1) / kDecodeItemsPerBlock);
-  m.decode_quad_grid = static_cast<int>((capacity.suffix_items + 31) / 32);  // QuadShape::kItemsPerBlock
+  m.decode_quad_grid = static_cast<int>((capacity.suffix_items + kQuadItemsPerBlock - 1) / kQuadItemsPerBlock);
   m.pages = device_array<std::int32_t>(capacity.pages);
   m.pieces = device_array<attn::PlanPiece>(capacity.pieces);
   m.rows = device_array<attn::PlanRow>(capacity.rows);
