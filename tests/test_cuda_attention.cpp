@@ -180,6 +180,7 @@ TEST(CudaAttention, SegmentsStartingInsidePagesMatchReference) {
     if (trial % 4 == 1)  // stack short ones too
       options.min_sharers_to_stack = 1, options.min_segment_tokens_to_stack = 1, options.fold_when_stacking_saves_little = false;
     if (trial % 4 == 2) options.suffix_min_split_tokens = 32;  // split suffix reads
+    if (trial % 5 == 0) options.suffix_tile_rows = attn::kSuffixTileRows;  // (else one-row GQA items by rule mostly)
     const attn::AttentionPlan plan = attn::build_attention_plan(c.layout, options);
     const AttentionState out = run_on_device(c, plan, options.shared_tile_rows);
     const AttentionState ref = reference_tree_attention(c.tree, c.q);
@@ -420,6 +421,7 @@ TEST(CudaAttention, QuadDecodeKernelMatchesReference) {
     // suffix items (PlanOptions::suffix_tile_rows = 1, e8): lone rows too.
     options.suffix_min_split_tokens = trial % 5 == 4 ? 32 : std::int64_t{1} << 40;
     if (trial == 15) options.suffix_tile_rows = 1;
+    else if (shape.groups > 1) options.suffix_tile_rows = attn::kSuffixTileRows;  // GQA rows tiled: not served
     const bool lone = (shape.groups == 1 || trial == 15) && shape.max_query_tokens == 1 && trial % 5 != 4;
     lone_by_design += lone;
     if (mode == AttentionMode::hydragen && trial % 3 == 0)
@@ -479,6 +481,7 @@ TEST(CudaAttention, NarrowAndWideDecodeKernelsMatchReference) {
     const testing::PagedCase c = testing::random_paged_case(shape, rng);
     attn::PlanOptions options = cuda::plan_options_for_device(DType::bf16, shape.head_dim, mode, true);
     if (trial % 3 == 1) options.suffix_min_split_tokens = 32;  // split suffixes: the ticket merge
+    options.suffix_tile_rows = attn::kSuffixTileRows;  // GQA rows tiled (not one-row items by rule)
     const attn::AttentionPlan plan = attn::build_attention_plan(c.layout, options);
     bool narrow_rows = true;
     for (const attn::PlanItem& it : plan.suffix_items) narrow_rows &= it.row_count <= 1;

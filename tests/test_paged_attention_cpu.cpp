@@ -75,7 +75,8 @@ TEST(PagedAttentionCpu, RandomForestsMatchFloat64Reference) {
     if (split) shape.segment_lengths.push_back(1100);
     attn::PlanOptions options = plan_options(mode, dispatch, split, trial);
     options.causal = trial % 9 != 8;
-    options.suffix_tile_rows = std::vector<int>{attn::kSuffixTileRows, 1, 3}[trial % 7 % 3];  // (one-row items: e8)
+    options.suffix_tile_rows =  // (one-row items: e8; 0 = by rule)
+        std::vector<int>{attn::kSuffixTileRows, 1, 3, attn::kSuffixTileRowsByRule}[trial % 7 % 4];
     const float scale = trial % 7 == 6 ? 0.3f : 0.f;
 
     const PagedCase c = random_paged_case(shape, rng);

@@ -120,14 +120,15 @@ TEST(PagedPlan, RandomTreesReadEveryKeyOnce) {
       options.shared_slots = options.suffix_slots = trial % 3 == 0 ? 1 : 300;  // with and without split-KV
       options.shared_tile_rows = trial % 2 ? 64 : 128;
       options.shared_split_past_one_wave = trial % 4 == 1;
-      options.suffix_tile_rows = trial % 5 == 2 ? 1 : trial % 5 == 3 ? 5 : kSuffixTileRows;
+      options.suffix_tile_rows = trial % 5 == 2 ? 1 : trial % 5 == 3 ? 5 : trial % 5 == 4 ? kSuffixTileRowsByRule : kSuffixTileRows;
       const AttentionPlan plan = build_attention_plan(layout, options);
       if (mode == AttentionMode::paged) {
         EXPECT_TRUE(plan.shared_items.empty());
       }
       SCOPED_TRACE(::testing::Message() << "trial " << trial << " mode " << mode_name(mode) << " suffix tile rows "
                                         << options.suffix_tile_rows);
-      for (const PlanItem& it : plan.suffix_items) ASSERT_LE(it.row_count, options.suffix_tile_rows);
+      for (const PlanItem& it : plan.suffix_items)
+        ASSERT_LE(it.row_count, options.suffix_tile_rows == kSuffixTileRowsByRule ? kSuffixTileRows : options.suffix_tile_rows);
       check_coverage(layout, plan);
     }
   }
@@ -280,6 +281,65 @@ TEST(PagedPlan, FoldsWhereStackingDoesNotShortenTheSuffixLaunch) {
   EXPECT_EQ(stacked_segments_of(32, 8, 32, 1024, 128), 1);   // the e2e's last step, 8B B=32 1K
 }
 
+// Rows per suffix item under kSuffixTileRowsByRule, on the shapes e8 was measured at (H200:
+// 1584 suffix slots), and the rule's edges. Each plan's items all have the one row count
+// (RandomTreesReadEveryKeyOnce checks the coverage of plans by rule).
+int suffix_rows_by_rule(int batch, int kv_heads, int q_heads, std::int64_t prefix, std::int64_t suffix,
+                        AttentionMode mode = AttentionMode::hydragen, int query_tokens = 1) {
+  PagedLayout layout = testing::one_segment_layout(batch, kv_heads, q_heads, prefix, suffix);
+  for (auto& seq : layout.sequences) seq.query_tokens = query_tokens;
+  PlanOptions options;
+  options.mode = mode;
+  options.shared_slots = 264, options.suffix_slots = 1584;
+  options.suffix_tile_rows = kSuffixTileRowsByRule;
+  const AttentionPlan plan = build_attention_plan(layout, options);
+  int rows = -1;
+  for (const PlanItem& it : plan.suffix_items) {
+    if (rows < 0) rows = it.row_count;
+    EXPECT_EQ(it.row_count, rows) << "B=" << batch << " " << q_heads << "/" << kv_heads;
+  }
+  return rows;
+}
+
+TEST(PagedPlan, OneRowSuffixItemsByRule) {
+  // Won on the H200: one-key suffixes at any batch, llama-3-8b B=32 decode (64-key suffixes
+  // under 1K-16K), B=1 over any context, 8/1 and 32/8 B=16 with 256-key suffixes under a
+  // stacked 4K prefix.
+  EXPECT_EQ(suffix_rows_by_rule(1024, 8, 32, 16384, 1), 1);
+  EXPECT_EQ(suffix_rows_by_rule(1024, 1, 8, 32768, 1), 1);
+  EXPECT_EQ(suffix_rows_by_rule(32, 8, 32, 16384, 64), 1);
+  EXPECT_EQ(suffix_rows_by_rule(32, 8, 32, 1024, 128), 1);
+  EXPECT_EQ(suffix_rows_by_rule(1, 8, 32, 32768, 1, AttentionMode::paged), 1);
+  EXPECT_EQ(suffix_rows_by_rule(1, 1, 8, 1024, 1, AttentionMode::paged), 1);
+  EXPECT_EQ(suffix_rows_by_rule(64, 1, 8, 4096, 256), 1);
+  EXPECT_EQ(suffix_rows_by_rule(16, 8, 32, 4096, 256), 1);
+  EXPECT_EQ(suffix_rows_by_rule(16, 8, 32, 16384, 256), 1);
+  // Lost: llama-3-8b B=128, 8/1 B=256 and 32/8 B=64 with 256-key suffixes, paged at B=16.
+  EXPECT_EQ(suffix_rows_by_rule(128, 8, 32, 16384, 64), 4);
+  EXPECT_EQ(suffix_rows_by_rule(256, 1, 8, 32768, 256), 8);
+  EXPECT_EQ(suffix_rows_by_rule(64, 8, 32, 4096, 256), 4);
+  EXPECT_EQ(suffix_rows_by_rule(16, 8, 32, 1024, 1, AttentionMode::paged), 4);
+  // Folded plans (the fold is decided at full tiles first): 32/8 B=16 at 1K and 8/1 B=16 at
+  // 4K with 256-key suffixes read 1280 and 4352 own keys per sequence, in full tiles.
+  EXPECT_EQ(suffix_rows_by_rule(16, 8, 32, 1024, 256), 4);
+  EXPECT_EQ(suffix_rows_by_rule(16, 1, 8, 4096, 256), 8);
+  // Not a decode step (two query tokens: a prefill chunk's rows stay tiled), and MHA (one
+  // row per item already).
+  EXPECT_EQ(suffix_rows_by_rule(1, 8, 32, 1024, 2, AttentionMode::hydragen, 2), 8);
+  EXPECT_EQ(suffix_rows_by_rule(64, 40, 40, 1024, 64), 1);
+
+  // The edges: mean own keys 2 (any batch) or 512 (one wave of one-row items), 64 items.
+  EXPECT_TRUE(one_row_suffix_items(4096, 8, 4, true, 2 * 4096, 1584));
+  EXPECT_FALSE(one_row_suffix_items(4096, 8, 4, true, 2 * 4096 + 1, 1584));
+  EXPECT_TRUE(one_row_suffix_items(49, 8, 4, true, 512 * 49, 1584));  // 1568 items
+  EXPECT_FALSE(one_row_suffix_items(49, 8, 4, true, 512 * 49 + 1, 1584));
+  EXPECT_FALSE(one_row_suffix_items(50, 8, 4, true, 64 * 50, 1584));  // 1600 items
+  EXPECT_TRUE(one_row_suffix_items(2, 8, 4, true, 1 << 20, 1584));    // 64 items, any keys
+  EXPECT_FALSE(one_row_suffix_items(3, 8, 4, true, 1 << 20, 1584));
+  EXPECT_FALSE(one_row_suffix_items(8, 8, 1, true, 8, 1584));  // MHA
+  EXPECT_FALSE(one_row_suffix_items(8, 8, 4, false, 8, 1584));
+}
+
 TEST(PagedPlan, StacksOnlySegmentsThatPay) {
   PagedLayout layout;
   layout.page_size = 64, layout.kv_heads = 1, layout.q_heads = 8, layout.head_dim = 128;
@@ -360,7 +420,7 @@ TEST(PagedPlan, RejectsBadLayouts) {
   EXPECT_THROW(build_attention_plan(layout), Error);
   layout.sequences = {{0, 60, {3, 4}, 1, 10}};
   EXPECT_NO_THROW(build_attention_plan(layout));
-  for (const int rows : {0, kSuffixTileRows + 1}) {  // suffix items of 1..kSuffixTileRows rows
+  for (const int rows : {-1, kSuffixTileRows + 1}) {  // suffix items of 1..kSuffixTileRows rows, or 0: by rule
     PlanOptions options;
     options.suffix_tile_rows = rows;
     try {

@@ -82,12 +82,21 @@ int splits_for(std::int64_t tokens, std::int64_t base_items, int slots,
 
 }  // namespace
 
+bool one_row_suffix_items(std::int64_t sequences, int kv_heads, int groups, bool one_token_each,
+                          std::int64_t own_keys, std::int64_t suffix_slots) {
+  if (groups <= 1 || !one_token_each || sequences <= 0) return false;  // (MHA decode items are one row already)
+  const std::int64_t items = sequences * kv_heads * groups;
+  return own_keys <= kOneRowShortMeanKeys * sequences || items <= kOneRowFewItems ||
+         (items <= suffix_slots && own_keys <= kOneRowMaxMeanKeys * sequences);
+}
+
 AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions& options) {
   validate_layout(layout);
   HG_CHECK(options.shared_tile_rows == 64 || options.shared_tile_rows == 128,
            "build_attention_plan: shared_tile_rows must be 64 or 128, got ", options.shared_tile_rows);
-  HG_CHECK(options.suffix_tile_rows >= 1 && options.suffix_tile_rows <= kSuffixTileRows,
-           "build_attention_plan: suffix_tile_rows must be 1..", kSuffixTileRows, ", got ", options.suffix_tile_rows);
+  HG_CHECK(options.suffix_tile_rows >= kSuffixTileRowsByRule && options.suffix_tile_rows <= kSuffixTileRows,
+           "build_attention_plan: suffix_tile_rows must be 1..", kSuffixTileRows, " (or 0: by rule), got ",
+           options.suffix_tile_rows);
   HG_CHECK(options.shared_min_split_tokens >= 1 && options.shared_short_split_tokens >= 1 &&
                options.suffix_min_split_tokens >= 1,
            "build_attention_plan: min split tokens must be positive, got shared ", options.shared_min_split_tokens,
@@ -130,9 +139,12 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
   }
 
   // Suffix items of sequence s before splitting (kv heads x row tiles), and their sum: the
-  // base the suffix splits fill the slots from.
+  // base the suffix splits fill the slots from. By rule, the rows per item are settled once the
+  // own keys are known (below); the fold decision before that counts full tiles.
+  const bool rows_by_rule = options.suffix_tile_rows == kSuffixTileRowsByRule;
+  int suffix_rows = rows_by_rule ? kSuffixTileRows : options.suffix_tile_rows;
   auto suffix_tiles = [&](int s) {
-    return std::int64_t{hkv} * ceil_div(std::int64_t{layout.sequences[s].query_tokens} * groups, options.suffix_tile_rows);
+    return std::int64_t{hkv} * ceil_div(std::int64_t{layout.sequences[s].query_tokens} * groups, suffix_rows);
   };
   std::int64_t suffix_base_items = 0;
   for (int s = 0; s < num_sequences; ++s) suffix_base_items += suffix_tiles(s);
@@ -240,6 +252,19 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
     context[s] += seq.suffix_tokens;
     own_tokens[s] += seq.suffix_tokens;
   }
+  if (rows_by_rule) {
+    bool one_token_each = true;
+    std::int64_t own_keys = 0;
+    for (int s = 0; s < num_sequences; ++s) {
+      one_token_each &= layout.sequences[s].query_tokens == 1;
+      own_keys += own_tokens[s];
+    }
+    if (one_row_suffix_items(num_sequences, hkv, groups, one_token_each, own_keys, options.suffix_slots)) {
+      suffix_rows = 1;
+      suffix_base_items = 0;
+      for (int s = 0; s < num_sequences; ++s) suffix_base_items += suffix_tiles(s);
+    }
+  }
   for (int s = 0; s < num_sequences; ++s) {
     const auto& seq = layout.sequences[s];
     own_splits[s] = splits_for(own_tokens[s], suffix_base_items, options.suffix_slots,
@@ -330,7 +355,7 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
     count += append_pieces(plan.pieces, seq_page_offset[s], seq.suffix_tokens, context[s] - seq.suffix_tokens,
                            seq.first_slot);
     const std::size_t first_group = plan.groups.size();
-    emit_items(plan.suffix_items, row_begin, std::int64_t{seq.query_tokens} * groups, options.suffix_tile_rows, piece_begin,
+    emit_items(plan.suffix_items, row_begin, std::int64_t{seq.query_tokens} * groups, suffix_rows, piece_begin,
                count, own_splits[s], shared_columns[s], true);
     for (std::size_t g = first_group; g < plan.groups.size(); ++g) plan.groups[g].columns = columns[s];
   }

@@ -56,6 +56,20 @@ inline constexpr std::int64_t kShortSplitSuffixRatio = 4;
 inline constexpr std::int64_t kMinSuffixSplitTokens = 128;  // the decode kernel: 4 chunks of 32 keys
 inline constexpr int kMaxSplits = 64;
 
+// PlanOptions::suffix_tile_rows = kSuffixTileRowsByRule: the rows per suffix item are chosen by
+// one_row_suffix_items below (the CUDA backend's default). Its thresholds, measured on the
+// H200 (docs/perf-notes.md e8, session 8): one-row GQA decode items won at every batch where
+// the suffixes are 1-2 keys (the quad kernel then takes them: 32/8 B=1024 16K 0.55 -> 0.47 ms),
+// at B=1 over any context (0.42-0.76x), and wherever the one-row items fit one wave of suffix
+// slots with suffixes of <= 512 keys (llama-3-8b B=32 e2e step 0.93-0.94x; 8/1 B=16-64 with
+// 256-key suffixes 0.45-0.81x). With more items they lost up to 2x (four to eight reads of
+// each key, on launches the 8-row items already filled: llama-3-8b B=128 1.03x, 8/1 B=256 with
+// 256-key suffixes 1.2-1.5x, paged B=16 at long contexts 1.5-2.3x).
+inline constexpr int kSuffixTileRowsByRule = 0;
+inline constexpr std::int64_t kOneRowShortMeanKeys = 2;
+inline constexpr std::int64_t kOneRowMaxMeanKeys = 512;
+inline constexpr std::int64_t kOneRowFewItems = 64;
+
 // Where each segment's and each sequence's keys are, in pages of the pool.
 struct PagedLayout {
   int page_size = 64;
@@ -138,9 +152,9 @@ struct PlanOptions {
   int shared_full_tile_slots = 0;
   int suffix_slots = kSuffixSlots;
   std::int64_t suffix_min_split_tokens = kMinSuffixSplitTokens;
-  // Query rows per suffix item, 1..kSuffixTileRows. Fewer rows: more, shorter items, each
-  // reading its K/V again (from L2 mostly), and one merge group per tile (a GQA decode step of
-  // few sequences as one-row items: docs/perf-notes.md e8).
+  // Query rows per suffix item, 1..kSuffixTileRows, or kSuffixTileRowsByRule (0): 1 where
+  // one_row_suffix_items holds, else kSuffixTileRows. Fewer rows: more, shorter items, each
+  // reading its K/V again (from L2 mostly), and one merge group per tile (docs/perf-notes.md e8).
   int suffix_tile_rows = kSuffixTileRows;
   // Fewest keys per split of a stacked segment (the shared kernel's items), and the floor for
   // a short segment's up to kShortSplits pieces (see kShortSplitTokens).
@@ -159,6 +173,13 @@ struct PlanOptions {
   // kernel (plan_options_for_device).
   bool shared_split_past_one_wave = false;
 };
+
+// The rule of kSuffixTileRowsByRule for a plan's suffix launch: `sequences` decoding one query
+// token each (false for any other plan) under `kv_heads` x `groups` query heads, `own_keys`
+// keys read by the suffix items of all sequences together (suffixes and folded segments, per
+// kv head), on `suffix_slots` resident items. True: one row per item.
+bool one_row_suffix_items(std::int64_t sequences, int kv_heads, int groups, bool one_token_each,
+                          std::int64_t own_keys, std::int64_t suffix_slots);
 
 // Validates the layout (parents, page counts) and builds the plan.
 AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions& options = {});

@@ -325,16 +325,18 @@ attn::PlanOptions plan_options_for_device(DType dtype, int head_dim, AttentionMo
   options.shared_slots = sms * k.shared_blocks_per_sm;
   options.shared_full_tile_slots = k.shared_ws != nullptr ? sms * k.shared_ws_blocks_per_sm : 0;
   options.suffix_slots = k.decode ? sms * k.decode_blocks_per_sm * kDecodeItemsPerBlock : sms * k.suffix_blocks_per_sm;
+  // The decode kernel's suffix items: one row each where attn::one_row_suffix_items holds (e8).
+  if (k.decode) options.suffix_tile_rows = attn::kSuffixTileRowsByRule;
   // A/B of the suffix split's floor (PlanOptions::suffix_min_split_tokens; docs/perf-notes.md e7)
-  // and of one-row suffix items (PlanOptions::suffix_tile_rows; e8).
+  // and of the rows per suffix item (PlanOptions::suffix_tile_rows, 0 = by rule; e8).
   if (const char* env = std::getenv("HYDRAGEN_SUFFIX_MIN_SPLIT")) {
     options.suffix_min_split_tokens = std::atoll(env);
     HG_CHECK(options.suffix_min_split_tokens >= 1, "HYDRAGEN_SUFFIX_MIN_SPLIT=", env, ": must be a positive token count");
   }
   if (const char* env = std::getenv("HYDRAGEN_SUFFIX_TILE_ROWS")) {
     options.suffix_tile_rows = std::atoi(env);
-    HG_CHECK(options.suffix_tile_rows >= 1 && options.suffix_tile_rows <= attn::kSuffixTileRows,
-             "HYDRAGEN_SUFFIX_TILE_ROWS=", env, ": must be 1..", attn::kSuffixTileRows);
+    HG_CHECK(options.suffix_tile_rows >= attn::kSuffixTileRowsByRule && options.suffix_tile_rows <= attn::kSuffixTileRows,
+             "HYDRAGEN_SUFFIX_TILE_ROWS=", env, ": must be 1..", attn::kSuffixTileRows, " (0: by rule)");
   }
   return options;
 }
