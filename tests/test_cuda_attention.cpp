@@ -456,8 +456,9 @@ TEST(CudaAttention, QuadDecodeKernelMatchesReference) {
 // one, against the float64 reference. One- and two-row items (MHA, T <= 2) whose suffixes end
 // on and around chunk (32 keys) and piece (64 keys) boundaries, empty ones, split (the ticket
 // merge) and unsplit, under stacked and unstacked prefixes; page sizes 16 and 64, d 64 and
-// 128; plans with 2-row (T = 2) or 4-row (GQA) items, where forcing narrow must fall back to
-// the wide kernel; the last two trials have 4096 items.
+// 128; plans with 2-row (T = 2) or 4- and 8-row (GQA) items, where forcing narrow must fall
+// back to the wide kernel (whose items of 3-8 rows run on the tensor cores); the last two
+// trials have 4096 items, the last of them 8-row GQA items.
 TEST(CudaAttention, NarrowAndWideDecodeKernelsMatchReference) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA
@@ -470,10 +471,10 @@ TEST(CudaAttention, NarrowAndWideDecodeKernelsMatchReference) {
     testing::PagedShape shape;
     shape.page_size = trial % 2 ? 16 : 64;
     shape.head_dim = trial / 2 % 2 ? 64 : 128;
-    shape.groups = trial % 8 == 7 ? 4 : 1;
+    shape.groups = trial % 8 == 7 ? 4 : trial == 17 ? 8 : 1;
     shape.kv_heads = many ? 4 : rng.uniform_int(1, 3);
     shape.depth = rng.uniform_int(1, 2);
-    shape.batch = many ? 1024 : rng.pick(std::vector<int>{5, 40});
+    shape.batch = many ? (trial == 17 ? 256 : 1024) : rng.pick(std::vector<int>{5, 40});
     shape.suffix_lengths = {0, 1, 2, 31, 32, 33, 63, 64, 65, 97, 128, 200};
     shape.max_query_tokens = trial % 4 == 3 ? 2 : 1;
     shape.round_to_bf16 = true;

@@ -6,10 +6,15 @@
 // Per item (<= kRows rows of one sequence and kv head, a list of pieces of <= 64 keys):
 //   keys in chunks of 32 (half a piece): the chunk's K and V rows are copied to shared memory
 //   with cp.async, kRowLanes lanes per row (coalesced), all at once: one memory round trip
-//   per chunk. Lane j owns key j of the chunk and computes its score for every row against
-//   Q kept as fp32 in shared memory (broadcast reads); online softmax per row over the chunk
-//   (max by 5 shuffles; l kept per lane, summed once at the end); p goes to shared memory;
-//   then lane d owns D/32 output dims and runs over the chunk's V rows against p. When the
+//   per chunk. Items of 1-2 rows: lane j owns key j of the chunk and computes its score for
+//   every row against Q kept as fp32 in shared memory (broadcast reads); online softmax per
+//   row over the chunk (max by 5 shuffles; l kept per lane, summed once at the end); p goes
+//   to shared memory; then lane d owns D/32 output dims and runs over the chunk's V rows
+//   against p. Items of 3-8 rows (GQA) run the same chunk on the tensor cores, transposed so
+//   the rows are the mma's N = 8 (decode_item, kMma: S^T = K Q^T and O^T += V^T P^T with
+//   mma.sync m16n8k16, K and V by ldmatrix, Q in registers, P through shared memory as T);
+//   the scalar path's ~25 instructions per row and key made 4-row items latency-bound on
+//   their own instruction stream (llama-3-8b B=128: 38 us for 1024 warps). When the
 //   item is its merge group's only suffix item (no suffix split: the common decode case) and its rows have at most one shared state (one unsplit stacked
 //   column), it merges its own state in registers with that one (complete: the shared launch
 //   precedes this one in the stream) and writes the final output -- no state write, no
@@ -36,12 +41,14 @@ struct DecodeShape {
   static constexpr int kKeyLoads = D / 8;  // 16-byte loads per K row
   static constexpr int kDims = D / 32;     // output dims per lane
   static constexpr int kRowLanes = D * static_cast<int>(sizeof(T)) / 16;  // lanes per 16-byte-chunked row
-  // A K row in shared memory, padded by 16 bytes so that 8 lanes reading 8 rows hit 8
-  // different bank groups.
+  // A K or V row in shared memory, padded by 16 bytes so that 8 lanes reading 8 rows hit 8
+  // different bank groups (the scalar scores, and the mma path's ldmatrix of K and V).
   static constexpr int kKRow = D + 16 / static_cast<int>(sizeof(T));
-  // The chunk's K rows [kChunk][kKRow] and V rows [kChunk][D] (T), in floats: also the
+  // The chunk's K rows [kChunk][kKRow] and V rows [kChunk][kKRow] (T), in floats: also the
   // scratch of the last arrival's merge once the key loop is done.
-  static constexpr int kStageFloats = kChunk * (kKRow + D) * static_cast<int>(sizeof(T)) / 4;
+  static constexpr int kStageFloats = kChunk * 2 * kKRow * static_cast<int>(sizeof(T)) / 4;
+  // The mma path (items of 3-8 rows): P of a chunk as T [8 rows][kPRow], in the p slice.
+  static constexpr int kPRow = kChunk + 8;
   // A warp's shared memory for items of <= max_rows rows: Q [max_rows][D] fp32, p
   // [max_rows][kChunk] fp32, then the K/V stage.
   static constexpr int warp_smem_floats(int max_rows) { return max_rows * D + max_rows * kChunk + kStageFloats; }
@@ -272,12 +279,36 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
       }
     }
   }
+  // The tensor-core path (items of 3-8 rows; see the file comment). Lane (fg, ft) = (lane / 4,
+  // lane % 4) holds, per 16-key tile of a chunk, the scores of keys 16 mt + fg (+ 8) for rows
+  // 2 ft and 2 ft + 1, and of O^T the dims 16 mt + fg (+ 8) of the same two rows.
+  constexpr bool kMma = R >= 4;
+  const int fg = lane >> 2, ft = lane & 3;
+  [[maybe_unused]] std::uint32_t qf[kMma ? D / 16 : 1][2];  // B fragments of Q^T: row fg, dims 16 ks + 2 ft (+ 8)
+  [[maybe_unused]] float of[kMma ? D / 16 : 1][4];          // O^T accumulators
+  [[maybe_unused]] float mm[2] = {-INFINITY, -INFINITY}, ll[2] = {0.f, 0.f};
+  [[maybe_unused]] int lim2[2] = {0, 0};
   int limit[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) limit[r] = __shfl_sync(0xffffffffu, my_row.key_limit, r);
+  if constexpr (kMma) {
+    const int token = __shfl_sync(0xffffffffu, my_row.token, fg);
+    const int gq = __shfl_sync(0xffffffffu, my_row.group, fg);
+    const auto* q = reinterpret_cast<const std::uint32_t*>(
+        static_cast<const T*>(p.q) + (std::int64_t{token} * p.q_heads + it.kv_head * group_size + gq) * D);
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      qf[ks][0] = fg < rows ? q[ks * 8 + ft] : 0u;  // (rows past `rows`: zero scores, never written)
+      qf[ks][1] = fg < rows ? q[ks * 8 + 4 + ft] : 0u;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) of[ks][c] = 0.f;
+    }
+#pragma unroll
+    for (int j = 0; j < 2; ++j) lim2[j] = __shfl_sync(0xffffffffu, my_row.key_limit, 2 * ft + j);
+  }
   // Q rows -> fp32 in shared memory (rows past `rows` are zero).
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
+  for (int r = 0; r < (kMma ? 0 : R); ++r) {
     const int token = __shfl_sync(0xffffffffu, my_row.token, r);
     const int g = __shfl_sync(0xffffffffu, my_row.group, r);
     float f[DL];
@@ -329,13 +360,15 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
     {
       constexpr int kRowsPerStep = 32 / Shape::kRowLanes;
       const int sub = (lane % Shape::kRowLanes) * 8;
-      const int steps = (count + kRowsPerStep - 1) / kRowsPerStep;  // the chunk's rows only (1 for a one-key suffix)
+      // The chunk's rows only (1 for a one-key suffix); the mma path reads all 32, so its rows
+      // past `count` are zero-filled (a stale or never-written V row times p = 0 could be NaN).
+      const int steps = kMma ? Shape::kChunk / kRowsPerStep : (count + kRowsPerStep - 1) / kRowsPerStep;
 #pragma unroll 4
       for (int i = 0; i < steps; ++i) {
         const int key = i * kRowsPerStep + lane / Shape::kRowLanes;
         const std::int64_t off = slot_offset(__shfl_sync(0xffffffffu, slot, key)) + sub;  // slot 0 past the keys
         ptx::cp_async_16(sk + key * Shape::kKRow + sub, kp + off, key < count);
-        ptx::cp_async_16(sv + key * D + sub, vp + off, key < count);
+        ptx::cp_async_16(sv + key * Shape::kKRow + sub, vp + off, key < count);
       }
       ptx::cp_async_commit();
     }
@@ -345,51 +378,149 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
     }
     ptx::cp_async_wait<0>();  // this lane's copies; the barrier makes every lane's visible
     __syncwarp();
-    // Scores: this lane's key (its padded row of sk: conflict-free) against every row.
-    float s[R];
+    if constexpr (kMma) {
+      const int mi = lane >> 3, mr = lane & 7;  // ldmatrix: this lane's matrix and row
+      // S^T = K Q^T: two 16-key tiles x D / 16 k-steps.
+      float s[2][4];
 #pragma unroll
-    for (int r = 0; r < R; ++r) s[r] = 0.f;
-    if (valid) {
+      for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
-      for (int c = 0; c < Shape::kKeyLoads; ++c) {
-        float k[8];
-        unpack8<T>(*reinterpret_cast<const uint4*>(sk + lane * Shape::kKRow + c * 8), k);
+        for (int c = 0; c < 4; ++c) s[mt][c] = 0.f;
 #pragma unroll
-        for (int r = 0; r < R; ++r) s[r] = dot8(sq + r * D + c * 8, k, s[r]);
+        for (int ks = 0; ks < D / 16; ++ks) {
+          std::uint32_t a[4];
+          ptx::ldmatrix_x4(a, sk + (mt * 16 + (mi & 1) * 8 + mr) * Shape::kKRow + ks * 16 + (mi >> 1) * 8);
+          ptx::mma_16816<T>(s[mt], a, qf[ks][0], qf[ks][1]);
+        }
       }
-    }
-    const int pos = piece.position + first + lane;
+      // Mask and scale; the max per row over the chunk: the 8 lanes of this ft.
+      const int first_pos = piece.position + first;
+      float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      if (!valid || pos >= limit[r]) s[r] = -INFINITY;
-      sp[r * Shape::kChunk + lane] = softmax_step<DL>(s[r], m[r], l[r], acc[r]);
-    }
-    __syncwarp();
-    // o += p V: this lane's DL dims of each of the chunk's keys (uniform loop bound), V from
-    // shared memory (conflict-free: the warp reads one contiguous row per key).
-#pragma unroll 8
-    for (int j = 0; j < count; ++j) {
-      float v[DL];
-      unpack_v<T, DL>(*reinterpret_cast<const VWord<DL>*>(sv + j * D + lane * DL), v);
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int key = mt * 16 + fg + (c >= 2 ? 8 : 0), j = c & 1;
+          s[mt][c] = key < count && first_pos + key < lim2[j] ? s[mt][c] * p.scale_log2 : -INFINITY;
+          mx[j] = fmaxf(mx[j], s[mt][c]);
+        }
+      float base[2], alpha[2];
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+#pragma unroll
+        for (int o = 4; o < 32; o *= 2) mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], o));
+        const float mn = fmaxf(mm[j], mx[j]);
+        base[j] = mn == -INFINITY ? 0.f : mn;  // a row masked so far keeps exp2 finite
+        alpha[j] = exp2f(mm[j] - base[j]);
+        mm[j] = mn;
+      }
+      // P (as T) -> [row][key] in the p slice: the B fragments of P^T below.
+      T* pt = reinterpret_cast<T*>(sp);
+      float psum[2] = {0.f, 0.f};
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int key = mt * 16 + fg + (c >= 2 ? 8 : 0), j = c & 1;
+          const float pr = exp2f(s[mt][c] - base[j]);
+          psum[j] += pr;
+          pt[(2 * ft + j) * Shape::kPRow + key] = ptx::from_float<T>(pr);
+        }
+#pragma unroll
+      for (int j = 0; j < 2; ++j) ll[j] = ll[j] * alpha[j] + psum[j];
+#pragma unroll
+      for (int mt = 0; mt < D / 16; ++mt) {
+        of[mt][0] *= alpha[0], of[mt][1] *= alpha[1];
+        of[mt][2] *= alpha[0], of[mt][3] *= alpha[1];
+      }
+      __syncwarp();
+      // O^T += V^T P^T: D / 16 dim tiles x two 16-key k-steps.
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+        const std::uint32_t b0 = *reinterpret_cast<const std::uint32_t*>(pt + fg * Shape::kPRow + kk * 16 + 2 * ft);
+        const std::uint32_t b1 = *reinterpret_cast<const std::uint32_t*>(pt + fg * Shape::kPRow + kk * 16 + 8 + 2 * ft);
+#pragma unroll
+        for (int mt = 0; mt < D / 16; ++mt) {
+          std::uint32_t a[4];
+          ptx::ldmatrix_x4_trans(a, sv + (kk * 16 + (mi >> 1) * 8 + mr) * Shape::kKRow + mt * 16 + (mi & 1) * 8);
+          ptx::mma_16816<T>(of[mt], a, b0, b1);
+        }
+      }
+      __syncwarp();  // sp, sk and sv are rewritten by the next chunk
+    } else {
+      // Scores: this lane's key (its padded row of sk: conflict-free) against every row.
+      float s[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) s[r] = 0.f;
+      if (valid) {
+#pragma unroll
+        for (int c = 0; c < Shape::kKeyLoads; ++c) {
+          float k[8];
+          unpack8<T>(*reinterpret_cast<const uint4*>(sk + lane * Shape::kKRow + c * 8), k);
+#pragma unroll
+          for (int r = 0; r < R; ++r) s[r] = dot8(sq + r * D + c * 8, k, s[r]);
+        }
+      }
+      const int pos = piece.position + first + lane;
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        const float pr = sp[r * Shape::kChunk + j];
-#pragma unroll
-        for (int i = 0; i < DL; ++i) acc[r][i] = fmaf(pr, v[i], acc[r][i]);
+        if (!valid || pos >= limit[r]) s[r] = -INFINITY;
+        sp[r * Shape::kChunk + lane] = softmax_step<DL>(s[r], m[r], l[r], acc[r]);
       }
+      __syncwarp();
+      // o += p V: this lane's DL dims of each of the chunk's keys (uniform loop bound), V from
+      // shared memory (conflict-free: the warp reads one contiguous row per key).
+#pragma unroll 8
+      for (int j = 0; j < count; ++j) {
+        float v[DL];
+        unpack_v<T, DL>(*reinterpret_cast<const VWord<DL>*>(sv + j * Shape::kKRow + lane * DL), v);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const float pr = sp[r * Shape::kChunk + j];
+#pragma unroll
+          for (int i = 0; i < DL; ++i) acc[r][i] = fmaf(pr, v[i], acc[r][i]);
+        }
+      }
+      __syncwarp();  // sp, sk and sv are rewritten by the next chunk
     }
-    __syncwarp();  // sp, sk and sv are rewritten by the next chunk
   }
 
-  // Row sums; (o / l, lse) per row.
+  if constexpr (kMma) {
+    // The mma layout -> the scalar path's (acc[r][i]: row r, dims lane * DL + i; m and l
+    // whole rows), through shared memory: O^T into the Q slice (unused by this path), m and l
+    // per row into the p slice.
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int o = 4; o < 32; o *= 2) ll[j] += __shfl_xor_sync(0xffffffffu, ll[j], o);
+#pragma unroll
+    for (int mt = 0; mt < D / 16; ++mt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) sq[(2 * ft + (c & 1)) * D + mt * 16 + fg + (c >= 2 ? 8 : 0)] = of[mt][c];
+    if (fg == 0) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) sp[2 * ft + j] = mm[j], sp[8 + 2 * ft + j] = ll[j];
+    }
+    __syncwarp();
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      m[r] = sp[r], l[r] = sp[8 + r];
+#pragma unroll
+      for (int i = 0; i < DL; ++i) acc[r][i] = sq[r * D + lane * DL + i];
+    }
+    __syncwarp();  // (the merge below reuses sk only)
+  }
+  // Row sums (the mma path's are whole already); (o / l, lse) per row.
   float inv[R], lse[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    float t = l[r];
+    float sum = l[r];
+    if constexpr (!kMma) {
 #pragma unroll
-    for (int o = 16; o > 0; o /= 2) t += __shfl_xor_sync(0xffffffffu, t, o);
-    inv[r] = t > 0.f ? 1.f / t : 0.f;
-    lse[r] = t > 0.f ? (m[r] + __log2f(t)) * 0.69314718056f : -INFINITY;
+      for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    }
+    inv[r] = sum > 0.f ? 1.f / sum : 0.f;
+    lse[r] = sum > 0.f ? (m[r] + __log2f(sum)) * 0.69314718056f : -INFINITY;
   }
 
   // The only suffix item of its rows and at most one other state (one unsplit stacked column):
