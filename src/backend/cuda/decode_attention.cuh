@@ -41,19 +41,22 @@ struct DecodeShape {
   static constexpr int kKeyLoads = D / 8;  // 16-byte loads per K row
   static constexpr int kDims = D / 32;     // output dims per lane
   static constexpr int kRowLanes = D * static_cast<int>(sizeof(T)) / 16;  // lanes per 16-byte-chunked row
-  // A K or V row in shared memory, padded by 16 bytes so that 8 lanes reading 8 rows hit 8
-  // different bank groups (the scalar scores, and the mma path's ldmatrix of K and V).
+  // A K row in shared memory, padded by 16 bytes so that 8 lanes reading 8 rows hit 8
+  // different bank groups (the scalar scores, and the mma path's ldmatrix of K); V rows are
+  // padded the same on the mma path only (its ldmatrix.trans), D apart on the scalar one.
   static constexpr int kKRow = D + 16 / static_cast<int>(sizeof(T));
-  // The chunk's K rows [kChunk][kKRow] and V rows [kChunk][kKRow] (T), in floats: also the
+  // The chunk's K rows [kChunk][kKRow] and V rows [kChunk][<= kKRow] (T), in floats: also the
   // scratch of the last arrival's merge once the key loop is done.
   static constexpr int kStageFloats = kChunk * 2 * kKRow * static_cast<int>(sizeof(T)) / 4;
-  // The mma path (items of 3-8 rows): P of a chunk as T [8 rows][kPRow], in the p slice.
+  // The mma path (items of 3-8 rows): P of a chunk as two T parts, hi and lo, each [8 rows]
+  // [kPRow], in the Q slice (unused on that path).
   static constexpr int kPRow = kChunk + 8;
   // A warp's shared memory for items of <= max_rows rows: Q [max_rows][D] fp32, p
   // [max_rows][kChunk] fp32, then the K/V stage.
   static constexpr int warp_smem_floats(int max_rows) { return max_rows * D + max_rows * kChunk + kStageFloats; }
   static constexpr int smem_bytes(int max_rows) { return kWarps * warp_smem_floats(max_rows) * 4; }
   static_assert(D == 64 || D == 128);
+  static_assert(2 * 8 * kPRow * static_cast<int>(sizeof(T)) <= 8 * D * 4, "P's two parts fit the Q slice of an 8-row warp");
 };
 
 template <class T>
@@ -283,6 +286,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   // lane % 4) holds, per 16-key tile of a chunk, the scores of keys 16 mt + fg (+ 8) for rows
   // 2 ft and 2 ft + 1, and of O^T the dims 16 mt + fg (+ 8) of the same two rows.
   constexpr bool kMma = R >= 4;
+  constexpr int kVRow = kMma ? Shape::kKRow : D;  // V row stride in shared memory
   const int fg = lane >> 2, ft = lane & 3;
   [[maybe_unused]] std::uint32_t qf[kMma ? D / 16 : 1][2];  // B fragments of Q^T: row fg, dims 16 ks + 2 ft (+ 8)
   [[maybe_unused]] float of[kMma ? D / 16 : 1][4];          // O^T accumulators
@@ -368,7 +372,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
         const int key = i * kRowsPerStep + lane / Shape::kRowLanes;
         const std::int64_t off = slot_offset(__shfl_sync(0xffffffffu, slot, key)) + sub;  // slot 0 past the keys
         ptx::cp_async_16(sk + key * Shape::kKRow + sub, kp + off, key < count);
-        ptx::cp_async_16(sv + key * Shape::kKRow + sub, vp + off, key < count);
+        ptx::cp_async_16(sv + key * kVRow + sub, vp + off, key < count);
       }
       ptx::cp_async_commit();
     }
@@ -414,8 +418,11 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
         alpha[j] = exp2f(mm[j] - base[j]);
         mm[j] = mn;
       }
-      // P (as T) -> [row][key] in the p slice: the B fragments of P^T below.
-      T* pt = reinterpret_cast<T*>(sp);
+      // P -> [row][key] as hi + lo T parts (p within ~2^-16: the scalar path's fp32 p; P
+      // rounded to bf16 alone moved a tiny model's near-tie greedy token), the B fragments of
+      // P^T below.
+      T* pt = reinterpret_cast<T*>(sq);
+      T* pt_lo = pt + 8 * Shape::kPRow;
       float psum[2] = {0.f, 0.f};
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
@@ -424,7 +431,9 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
           const int key = mt * 16 + fg + (c >= 2 ? 8 : 0), j = c & 1;
           const float pr = exp2f(s[mt][c] - base[j]);
           psum[j] += pr;
-          pt[(2 * ft + j) * Shape::kPRow + key] = ptx::from_float<T>(pr);
+          const T hi = ptx::from_float<T>(pr);
+          pt[(2 * ft + j) * Shape::kPRow + key] = hi;
+          pt_lo[(2 * ft + j) * Shape::kPRow + key] = ptx::from_float<T>(pr - ptx::to_float<T>(hi));
         }
 #pragma unroll
       for (int j = 0; j < 2; ++j) ll[j] = ll[j] * alpha[j] + psum[j];
@@ -434,19 +443,23 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
         of[mt][2] *= alpha[0], of[mt][3] *= alpha[1];
       }
       __syncwarp();
-      // O^T += V^T P^T: D / 16 dim tiles x two 16-key k-steps.
+      // O^T += V^T (P_hi + P_lo)^T: D / 16 dim tiles x two 16-key k-steps.
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk) {
-        const std::uint32_t b0 = *reinterpret_cast<const std::uint32_t*>(pt + fg * Shape::kPRow + kk * 16 + 2 * ft);
-        const std::uint32_t b1 = *reinterpret_cast<const std::uint32_t*>(pt + fg * Shape::kPRow + kk * 16 + 8 + 2 * ft);
+        const int at = fg * Shape::kPRow + kk * 16 + 2 * ft;
+        const std::uint32_t b0 = *reinterpret_cast<const std::uint32_t*>(pt + at);
+        const std::uint32_t b1 = *reinterpret_cast<const std::uint32_t*>(pt + at + 8);
+        const std::uint32_t c0 = *reinterpret_cast<const std::uint32_t*>(pt_lo + at);
+        const std::uint32_t c1 = *reinterpret_cast<const std::uint32_t*>(pt_lo + at + 8);
 #pragma unroll
         for (int mt = 0; mt < D / 16; ++mt) {
           std::uint32_t a[4];
-          ptx::ldmatrix_x4_trans(a, sv + (kk * 16 + (mi >> 1) * 8 + mr) * Shape::kKRow + mt * 16 + (mi & 1) * 8);
+          ptx::ldmatrix_x4_trans(a, sv + (kk * 16 + (mi >> 1) * 8 + mr) * kVRow + mt * 16 + (mi & 1) * 8);
           ptx::mma_16816<T>(of[mt], a, b0, b1);
+          ptx::mma_16816<T>(of[mt], a, c0, c1);
         }
       }
-      __syncwarp();  // sp, sk and sv are rewritten by the next chunk
+      __syncwarp();  // P, sk and sv are rewritten by the next chunk
     } else {
       // Scores: this lane's key (its padded row of sk: conflict-free) against every row.
       float s[R];
@@ -473,7 +486,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
 #pragma unroll 8
       for (int j = 0; j < count; ++j) {
         float v[DL];
-        unpack_v<T, DL>(*reinterpret_cast<const VWord<DL>*>(sv + j * Shape::kKRow + lane * DL), v);
+        unpack_v<T, DL>(*reinterpret_cast<const VWord<DL>*>(sv + j * kVRow + lane * DL), v);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           const float pr = sp[r * Shape::kChunk + j];
@@ -487,8 +500,8 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
 
   if constexpr (kMma) {
     // The mma layout -> the scalar path's (acc[r][i]: row r, dims lane * DL + i; m and l
-    // whole rows), through shared memory: O^T into the Q slice (unused by this path), m and l
-    // per row into the p slice.
+    // whole rows), through shared memory: O^T into the Q slice, m and l per row into the p
+    // slice.
 #pragma unroll
     for (int j = 0; j < 2; ++j)
 #pragma unroll

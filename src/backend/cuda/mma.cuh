@@ -73,4 +73,10 @@ __device__ __forceinline__ T from_float(float x) {
   else return __float2half_rn(x);
 }
 
+template <class T>
+__device__ __forceinline__ float to_float(T x) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(x);
+  else return __half2float(x);
+}
+
 }  // namespace hydragen::cuda::ptx
