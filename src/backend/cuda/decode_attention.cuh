@@ -45,15 +45,19 @@ struct DecodeShape {
   // different bank groups (the scalar scores, and the mma path's ldmatrix of K); V rows are
   // padded the same on the mma path only (its ldmatrix.trans), D apart on the scalar one.
   static constexpr int kKRow = D + 16 / static_cast<int>(sizeof(T));
-  // The chunk's K rows [kChunk][kKRow] and V rows [kChunk][<= kKRow] (T), in floats: also the
-  // scratch of the last arrival's merge once the key loop is done.
-  static constexpr int kStageFloats = kChunk * 2 * kKRow * static_cast<int>(sizeof(T)) / 4;
+  // The chunk's K rows [kChunk][kKRow] and V rows [kChunk][kKRow] (T; D apart in a build
+  // without the mma path: stage_floats(1)), in floats: also the scratch of the last arrival's
+  // merge once the key loop is done (items of >= 2 rows: the wide build only).
+  static constexpr int stage_floats(int max_rows) {
+    return kChunk * (kKRow + (max_rows >= 4 ? kKRow : D)) * static_cast<int>(sizeof(T)) / 4;
+  }
+  static constexpr int kStageFloats = stage_floats(8);
   // The mma path (items of 3-8 rows): P of a chunk as two T parts, hi and lo, each [8 rows]
   // [kPRow], in the Q slice (unused on that path).
   static constexpr int kPRow = kChunk + 8;
   // A warp's shared memory for items of <= max_rows rows: Q [max_rows][D] fp32, p
   // [max_rows][kChunk] fp32, then the K/V stage.
-  static constexpr int warp_smem_floats(int max_rows) { return max_rows * D + max_rows * kChunk + kStageFloats; }
+  static constexpr int warp_smem_floats(int max_rows) { return max_rows * D + max_rows * kChunk + stage_floats(max_rows); }
   static constexpr int smem_bytes(int max_rows) { return kWarps * warp_smem_floats(max_rows) * 4; }
   static_assert(D == 64 || D == 128);
   static_assert(2 * 8 * kPRow * static_cast<int>(sizeof(T)) <= 8 * D * 4, "P's two parts fit the Q slice of an 8-row warp");
