@@ -12,7 +12,8 @@
 //   to shared memory; then lane d owns D/32 output dims and runs over the chunk's V rows
 //   against p. Items of 3-8 rows (GQA) run the same chunk on the tensor cores, transposed so
 //   the rows are the mma's N = 8 (decode_item, kMma: S^T = K Q^T and O^T += V^T P^T with
-//   mma.sync m16n8k16, K and V by ldmatrix, Q in registers, P through shared memory as T);
+//   mma.sync m16n8k16, K and V by ldmatrix, Q in registers, P through shared memory as two
+//   T parts, hi + lo, so p keeps the scalar path's fp32 precision to ~2^-16);
 //   the scalar path's ~25 instructions per row and key made 4-row items latency-bound on
 //   their own instruction stream (llama-3-8b B=128: 38 us for 1024 warps). When the
 //   item is its merge group's only suffix item (no suffix split: the common decode case) and its rows have at most one shared state (one unsplit stacked
