@@ -121,6 +121,7 @@ TEST(PagedPlan, RandomTreesReadEveryKeyOnce) {
       options.shared_tile_rows = trial % 2 ? 64 : 128;
       options.shared_split_past_one_wave = trial % 4 == 1;
       options.suffix_tile_rows = trial % 5 == 2 ? 1 : trial % 5 == 3 ? 5 : trial % 5 == 4 ? kSuffixTileRowsByRule : kSuffixTileRows;
+      options.fold_at_rule_rows = trial % 10 == 9;  // (by rule only: trial % 5 == 4)
       const AttentionPlan plan = build_attention_plan(layout, options);
       if (mode == AttentionMode::paged) {
         EXPECT_TRUE(plan.shared_items.empty());
@@ -338,6 +339,38 @@ TEST(PagedPlan, OneRowSuffixItemsByRule) {
   EXPECT_FALSE(one_row_suffix_items(3, 8, 4, true, 1 << 20, 1584));
   EXPECT_FALSE(one_row_suffix_items(8, 8, 1, true, 8, 1584));  // MHA
   EXPECT_FALSE(one_row_suffix_items(8, 8, 4, false, 8, 1584));
+}
+
+// e9 (opt-in PlanOptions::fold_at_rule_rows): the fold estimated at the rule's rows keeps
+// small GQA batches with 256-key suffixes stacked, as one-row items (e8's rows1 run: 8/1 B=16
+// at 4K 0.0655 -> 0.0351 ms, B=64 at 1K 0.0488 -> 0.0394); where the rule gives full tiles,
+// or the mode is paged, the plan is the one without the option.
+AttentionPlan plan_folded_at(int batch, int kv_heads, int q_heads, std::int64_t prefix, std::int64_t suffix,
+                             bool at_rule_rows, AttentionMode mode = AttentionMode::hydragen) {
+  PlanOptions options;
+  options.mode = mode;
+  options.shared_slots = 264, options.suffix_slots = 1584;
+  options.suffix_tile_rows = kSuffixTileRowsByRule;
+  options.fold_at_rule_rows = at_rule_rows;
+  return build_attention_plan(testing::one_segment_layout(batch, kv_heads, q_heads, prefix, suffix), options);
+}
+
+TEST(PagedPlan, FoldAtRuleRowsKeepsOneRowPlansStacked) {
+  for (auto [batch, prefix] : {std::pair{16, std::int64_t{4096}}, std::pair{64, std::int64_t{1024}}}) {
+    const AttentionPlan off = plan_folded_at(batch, 1, 8, prefix, 256, false);
+    const AttentionPlan on = plan_folded_at(batch, 1, 8, prefix, 256, true);
+    EXPECT_EQ(off.stacked_segments, 0) << "B=" << batch;
+    EXPECT_EQ(off.suffix_items.front().row_count, 8) << "B=" << batch;
+    EXPECT_EQ(on.stacked_segments, 1) << "B=" << batch;
+    for (const PlanItem& it : on.suffix_items) ASSERT_EQ(it.row_count, 1) << "B=" << batch;
+  }
+  // Full tiles by rule (2048 one-row items > 1584 slots): the option changes nothing.
+  const AttentionPlan off = plan_folded_at(256, 1, 8, 1024, 256, false), on = plan_folded_at(256, 1, 8, 1024, 256, true);
+  EXPECT_EQ(on.stacked_segments, off.stacked_segments);
+  EXPECT_EQ(on.suffix_items.size(), off.suffix_items.size());
+  EXPECT_EQ(on.suffix_items.front().row_count, 8);
+  // Paged plans stack nothing either way.
+  EXPECT_EQ(plan_folded_at(16, 1, 8, 4096, 256, true, AttentionMode::paged).stacked_segments, 0);
 }
 
 TEST(PagedPlan, StacksOnlySegmentsThatPay) {

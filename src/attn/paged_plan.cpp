@@ -147,7 +147,14 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
     return std::int64_t{hkv} * ceil_div(std::int64_t{layout.sequences[s].query_tokens} * groups, suffix_rows);
   };
   std::int64_t suffix_base_items = 0;
-  for (int s = 0; s < num_sequences; ++s) suffix_base_items += suffix_tiles(s);
+  auto set_suffix_rows = [&](int rows) {
+    suffix_rows = rows;
+    suffix_base_items = 0;
+    for (int s = 0; s < num_sequences; ++s) suffix_base_items += suffix_tiles(s);
+  };
+  set_suffix_rows(suffix_rows);
+  bool one_token_each = true;
+  for (const auto& seq : layout.sequences) one_token_each &= seq.query_tokens == 1;
 
   // Dispatch: which segments are stacked, and into how many splits.
   std::vector<char> stacked(num_segments, 0);
@@ -158,6 +165,18 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
                  seg.tokens >= options.min_segment_tokens_to_stack &&
                  static_cast<int>(readers[i].size()) >= std::max(1, options.min_sharers_to_stack);
     if (stacked[i]) shared_base_items += hkv * ceil_div(rows_below[i], options.shared_tile_rows);
+  }
+  // PlanOptions::fold_at_rule_rows: the fold estimate below counts the stacked plan's items
+  // at the rows the rule gives it (one-row items where it holds), not at full tiles.
+  if (rows_by_rule && options.fold_at_rule_rows && shared_base_items > 0) {
+    std::int64_t own_keys = 0;
+    for (int s = 0; s < num_sequences; ++s) {
+      own_keys += layout.sequences[s].suffix_tokens;
+      for (int p : path[s])
+        if (!stacked[p]) own_keys += layout.segments[p].tokens;
+    }
+    if (one_row_suffix_items(num_sequences, hkv, groups, one_token_each, own_keys, options.suffix_slots))
+      set_suffix_rows(1);
   }
   // Fold everything back when stacking would not shorten the suffix launch by a quarter (see
   // PlanOptions::fold_when_stacking_saves_little): that launch's time is estimated as its
@@ -252,18 +271,12 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
     context[s] += seq.suffix_tokens;
     own_tokens[s] += seq.suffix_tokens;
   }
-  if (rows_by_rule) {
-    bool one_token_each = true;
+  if (rows_by_rule) {  // the rows for the plan as built (stacked or folded)
     std::int64_t own_keys = 0;
-    for (int s = 0; s < num_sequences; ++s) {
-      one_token_each &= layout.sequences[s].query_tokens == 1;
-      own_keys += own_tokens[s];
-    }
-    if (one_row_suffix_items(num_sequences, hkv, groups, one_token_each, own_keys, options.suffix_slots)) {
-      suffix_rows = 1;
-      suffix_base_items = 0;
-      for (int s = 0; s < num_sequences; ++s) suffix_base_items += suffix_tiles(s);
-    }
+    for (int s = 0; s < num_sequences; ++s) own_keys += own_tokens[s];
+    set_suffix_rows(one_row_suffix_items(num_sequences, hkv, groups, one_token_each, own_keys, options.suffix_slots)
+                        ? 1
+                        : kSuffixTileRows);
   }
   for (int s = 0; s < num_sequences; ++s) {
     const auto& seq = layout.sequences[s];

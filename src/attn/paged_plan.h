@@ -168,6 +168,12 @@ struct PlanOptions {
   // stacked; every point where stacking won (B >= 64 at 4K, B >= 256 at 1K, 32/8 B=64, all
   // short suffixes) estimates <= 0.70. Tests that force stacking turn it off, as does prefill.
   bool fold_when_stacking_saves_little = true;
+  // With suffix_tile_rows = kSuffixTileRowsByRule: estimate the fold at the rows the rule gives
+  // the stacked plan instead of at full tiles (opt-in, HYDRAGEN_FOLD_AT_RULE_ROWS=1 on CUDA;
+  // not yet measured: docs/perf-notes.md session 8, e9). One-row items make a stacked plan's
+  // suffix launch wider, so small GQA batches with 256-key suffixes stay stacked: the rows1
+  // run of e8 stacked 8/1 B=16 at 4K and B=64 at 1K that way and ran 1.9x and 1.24x faster.
+  bool fold_at_rule_rows = false;
   // Split stacked segments also when their items already fill a wave of shared_slots (see
   // build_attention_plan). Off by default; the CUDA backend turns it on with its wgmma shared
   // kernel (plan_options_for_device).

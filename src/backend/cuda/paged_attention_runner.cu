@@ -333,6 +333,8 @@ attn::PlanOptions plan_options_for_device(DType dtype, int head_dim, AttentionMo
     options.suffix_min_split_tokens = std::atoll(env);
     HG_CHECK(options.suffix_min_split_tokens >= 1, "HYDRAGEN_SUFFIX_MIN_SPLIT=", env, ": must be a positive token count");
   }
+  // A/B of the fold estimated at the rule's rows (PlanOptions::fold_at_rule_rows; e9).
+  if (const char* env = std::getenv("HYDRAGEN_FOLD_AT_RULE_ROWS")) options.fold_at_rule_rows = std::atoi(env) != 0;
   if (const char* env = std::getenv("HYDRAGEN_SUFFIX_TILE_ROWS")) {
     options.suffix_tile_rows = std::atoi(env);
     HG_CHECK(options.suffix_tile_rows >= attn::kSuffixTileRowsByRule && options.suffix_tile_rows <= attn::kSuffixTileRows,
