@@ -615,6 +615,51 @@ TEST(CudaDispatch, SuffixKernelRulePerItemAndPerMergeGroup) {
 #endif
 }
 
+// The one pass upload's three choices read (SuffixItemSummary), on plans whose counts are
+// known, and the narrow-build choice with its overrides. No GPU needed.
+TEST(CudaDispatch, SuffixItemSummaryAndTheNarrowBuild) {
+#ifdef HYDRAGEN_WITH_CUDA
+  // 40/40 B=64 under a stacked 2K prefix, 64-key suffixes: one-row items, one piece each.
+  const attn::AttentionPlan mha = one_segment_plan(64, 40, 40, 2048, 64, AttentionMode::hydragen);
+  const cuda::SuffixItemSummary a = cuda::SuffixItemSummary::of(mha);
+  EXPECT_EQ(a.items, 64 * 40);
+  EXPECT_EQ(a.pieces, 64 * 40);
+  EXPECT_EQ(a.keys, 64 * 40 * 64);
+  EXPECT_EQ(a.groups, 64 * 40);
+  EXPECT_EQ(a.max_rows, 1);
+  EXPECT_TRUE(a.one_row && a.lone_rows);
+  EXPECT_TRUE(cuda::decode_runs_narrow(a));
+  // 32/8 B=64 under a stacked 1K prefix, one-key suffixes, full tiles: 4-row items.
+  const cuda::SuffixItemSummary b = cuda::SuffixItemSummary::of(one_segment_plan(64, 8, 32, 1024, 1, AttentionMode::hydragen));
+  EXPECT_EQ(b.items, 64 * 8);
+  EXPECT_EQ(b.keys, 64 * 8);
+  EXPECT_EQ(b.max_rows, 4);
+  EXPECT_FALSE(b.one_row || b.lone_rows);
+  EXPECT_FALSE(cuda::decode_runs_narrow(b));
+  // A split suffix: one-row items, not alone in their merge groups.
+  const cuda::SuffixItemSummary c = cuda::SuffixItemSummary::of(one_segment_plan(1, 40, 40, 32768, 1, AttentionMode::paged));
+  EXPECT_TRUE(c.one_row);
+  EXPECT_FALSE(c.lone_rows);
+  EXPECT_GT(c.items, c.groups);
+  EXPECT_EQ(c.keys, 40 * (32768 + 1));
+  {
+    const ScopedEnv wide("HYDRAGEN_DECODE_WIDE", "1");
+    EXPECT_FALSE(cuda::decode_runs_narrow(a));
+  }
+  const ScopedEnv narrow("HYDRAGEN_DECODE_NARROW", "1");
+  EXPECT_FALSE(cuda::decode_runs_narrow(b));  // (it has no wider path)
+  // 40/40 B=1024 over 1K contexts, paged: 40960 items of 17 pieces, the wide build unless forced.
+  const cuda::SuffixItemSummary d = cuda::SuffixItemSummary::of(one_segment_plan(1024, 40, 40, 1024, 1, AttentionMode::paged));
+  EXPECT_TRUE(cuda::decode_runs_narrow(d));
+  {
+    const ScopedEnv unforced("HYDRAGEN_DECODE_NARROW", nullptr);
+    EXPECT_FALSE(cuda::decode_runs_narrow(d));
+  }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
 TEST(CudaAttention, UnsupportedHeadDimIsAClearError) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA

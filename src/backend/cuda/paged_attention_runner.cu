@@ -135,19 +135,43 @@ void launch_decode_quad(const PagedAttentionParams& p, int grid, cudaStream_t st
 // 32 questions 33.7 -> 17.9 ms per step; alone it lost 1.9x at 32/8 B=256 4K paged, which the
 // per-item bound keeps on the mma kernel. Both kernels are correct for every plan, so a graph
 // captured before an upload stays correct. HYDRAGEN_SUFFIX_KERNEL=mma|decode forces one.
-bool suffix_runs_decode_kernel(const attn::AttentionPlan& plan) {
+bool suffix_runs_decode_kernel(const SuffixItemSummary& suffix) {
   if (const char* env = std::getenv("HYDRAGEN_SUFFIX_KERNEL")) {
     if (std::string(env) == "mma") return false;
     if (std::string(env) == "decode") return true;
   }
-  if (plan.suffix_items.empty()) return true;
-  std::int64_t pieces = 0;
-  int max_rows = 0;
-  for (const attn::PlanItem& it : plan.suffix_items) pieces += it.piece_count, max_rows = std::max(max_rows, it.row_count);
-  if (max_rows <= 2) return true;
-  const auto items = static_cast<std::int64_t>(plan.suffix_items.size());
-  const auto groups = static_cast<std::int64_t>(std::max<std::size_t>(plan.groups.size(), 1));
-  return pieces <= 32 * items && pieces <= 128 * groups;
+  if (suffix.items == 0 || suffix.max_rows <= 2) return true;
+  return suffix.pieces <= 32 * suffix.items && suffix.pieces <= 128 * std::max<std::int64_t>(suffix.groups, 1);
+}
+
+bool suffix_runs_decode_kernel(const attn::AttentionPlan& plan) {
+  return suffix_runs_decode_kernel(SuffixItemSummary::of(plan));
+}
+
+SuffixItemSummary SuffixItemSummary::of(const attn::AttentionPlan& plan) {
+  SuffixItemSummary s;
+  s.items = static_cast<std::int64_t>(plan.suffix_items.size());
+  s.groups = static_cast<std::int64_t>(plan.groups.size());
+  for (const attn::PlanItem& it : plan.suffix_items) {
+    s.pieces += it.piece_count;
+    for (int i = 0; i < it.piece_count; ++i) s.keys += plan.pieces[static_cast<std::size_t>(it.piece_begin + i)].tokens;
+    s.max_rows = std::max(s.max_rows, it.row_count);
+    s.one_row &= it.row_count == 1;
+    s.lone_rows &= it.row_count == 1 && plan.groups[static_cast<std::size_t>(it.group)].items == 1;
+  }
+  return s;
+}
+
+// Narrow when every item has one row and the launch is either short items (one-key
+// hydragen suffixes: 40/40 B=1024 2K 0.347 -> 0.304 ms) or few items (B=64 MHA paged
+// 1K/2K/16K 3.2-3.5 -> 3.6-3.9 TB/s); at B=1024 with long items the wide kernel streamed
+// faster (paged 1K 4.78 vs 4.27, dense 3.27 vs 2.75 TB/s). docs/perf-notes.md. Calibrated
+// when the narrow kernel ran 20 warps per SM and the wide 12; since v9-suffix (K/V staged in
+// shared memory) they run 12 and 8, and the rule has not been re-measured.
+bool decode_runs_narrow(const SuffixItemSummary& suffix) {
+  return suffix.one_row && (std::getenv("HYDRAGEN_DECODE_NARROW") != nullptr ||
+                            ((suffix.items <= 8192 || suffix.pieces <= 2 * suffix.items) &&
+                             std::getenv("HYDRAGEN_DECODE_WIDE") == nullptr));
 }
 
 namespace {
@@ -273,11 +297,7 @@ int multiprocessors() {
 
 }  // namespace
 
-bool suffix_items_are_lone_rows(const attn::AttentionPlan& plan) {
-  for (const attn::PlanItem& it : plan.suffix_items)
-    if (it.row_count != 1 || plan.groups[static_cast<std::size_t>(it.group)].items != 1) return false;
-  return true;
-}
+bool suffix_items_are_lone_rows(const attn::AttentionPlan& plan) { return SuffixItemSummary::of(plan).lone_rows; }
 
 // H200, 40/40 (MHA) hydragen, prefix 2K, the quad kernel's builds forced against the warp
 // kernel (docs/perf-notes.md v14-suffix; whole attention step, ms):
@@ -292,22 +312,20 @@ bool suffix_items_are_lone_rows(const attn::AttentionPlan& plan) {
 // for one- and two-key items at any batch, and up to 32 keys per item on average where the
 // launch has at least 8192 items. HYDRAGEN_DECODE_KERNEL=warp|quad|quad1 forces (quad and
 // quad1 where the items are lone rows).
-int quad_decode_keys(const attn::AttentionPlan& plan) {
+int quad_decode_keys(const SuffixItemSummary& suffix) {
   const char* env = std::getenv("HYDRAGEN_DECODE_KERNEL");
   const std::string force = env != nullptr ? env : "auto";
   HG_CHECK(force == "auto" || force == "warp" || force == "quad" || force == "quad1", "HYDRAGEN_DECODE_KERNEL=", force,
            ": unknown kernel (auto, warp, quad, quad1)");
-  if (force == "warp" || plan.suffix_items.empty() || !suffix_items_are_lone_rows(plan)) return 0;
+  if (force == "warp" || suffix.items == 0 || !suffix.lone_rows) return 0;
   if (force == "quad") return 4;
   if (force == "quad1") return 1;
-  std::int64_t keys = 0;
-  for (const attn::PlanItem& it : plan.suffix_items)
-    for (int i = 0; i < it.piece_count; ++i) keys += plan.pieces[static_cast<std::size_t>(it.piece_begin + i)].tokens;
-  const auto items = static_cast<std::int64_t>(plan.suffix_items.size());
-  const bool served = keys <= kQuadShortMeanKeys * items ||
-                      (items >= kQuadManyItems && keys <= kQuadMaxMeanKeys * items);
+  const bool served = suffix.keys <= kQuadShortMeanKeys * suffix.items ||
+                      (suffix.items >= kQuadManyItems && suffix.keys <= kQuadMaxMeanKeys * suffix.items);
   return served ? 1 : 0;
 }
+
+int quad_decode_keys(const attn::AttentionPlan& plan) { return quad_decode_keys(SuffixItemSummary::of(plan)); }
 
 bool supported_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128; }
 
@@ -461,26 +479,11 @@ void PagedAttentionRunner::upload(const attn::AttentionPlan& plan, void* stream)
   fits(plan.groups.size(), m.capacity.groups, "merge groups");
   HG_CHECK(plan.state_entries <= m.capacity.state_entries, "PagedAttentionRunner::upload: plan needs ",
            plan.state_entries, " partial states, capacity is ", m.capacity.state_entries);
-  m.suffix_decode = suffix_runs_decode_kernel(plan);
+  const SuffixItemSummary suffix = SuffixItemSummary::of(plan);  // one pass for the three choices
+  m.suffix_decode = suffix_runs_decode_kernel(suffix);
   m.shared_ws = m.kernels.shared_ws != nullptr && (m.kernels.shared_ws_always || plan.shared_full_tiles);
-  // Narrow when every item has one row and the launch is either short items (one-key
-  // hydragen suffixes: 40/40 B=1024 2K 0.347 -> 0.304 ms) or few items (B=64 MHA paged
-  // 1K/2K/16K 3.2-3.5 -> 3.6-3.9 TB/s); at B=1024 with long items the wide kernel streamed
-  // faster (paged 1K 4.78 vs 4.27, dense 3.27 vs 2.75 TB/s). docs/perf-notes.md. Calibrated
-  // when the narrow kernel ran 20 warps per SM and the wide 12; since v9-suffix (K/V staged in
-  // shared memory) they run 12 and 8, and the rule has not been re-measured.
-  // HYDRAGEN_DECODE_WIDE / HYDRAGEN_DECODE_NARROW force one (A/B timing, tests of both); the
-  // narrow kernel only where every item has one row (it has no wider path).
-  {
-    std::int64_t pieces = 0;
-    bool narrow_rows = true;
-    for (const attn::PlanItem& it : plan.suffix_items) pieces += it.piece_count, narrow_rows &= it.row_count <= 1;
-    const auto items = static_cast<std::int64_t>(plan.suffix_items.size());
-    m.decode_narrow = narrow_rows && (std::getenv("HYDRAGEN_DECODE_NARROW") != nullptr ||
-                                      ((items <= 8192 || pieces <= 2 * items) &&
-                                       std::getenv("HYDRAGEN_DECODE_WIDE") == nullptr));
-  }
-  m.decode_quad = m.suffix_decode ? quad_decode_keys(plan) : 0;
+  m.decode_narrow = decode_runs_narrow(suffix);
+  m.decode_quad = m.suffix_decode ? quad_decode_keys(suffix) : 0;
   const std::int32_t counts[2] = {static_cast<std::int32_t>(plan.shared_items.size()),
                                   static_cast<std::int32_t>(plan.suffix_items.size())};
   // Synchronous copies from pageable memory, or (with a stream and HYDRAGEN_ASYNC_UPLOAD=1)

@@ -53,9 +53,26 @@ bool supported_head_dim(int head_dim);
 // overrides that.
 attn::PlanOptions plan_options_for_device(DType dtype, int head_dim, AttentionMode mode, bool causal);
 
-// Whether the suffix launch of `plan` runs the decode kernel (else the mma.sync kernel): the
-// runner's choice at upload (rule and A/B numbers in paged_attention_runner.cu). Host only.
+// What the suffix launch's kernel choices below read from a plan, gathered in one pass over
+// its suffix items (upload makes the choices on every step, on the step's critical path: a
+// 13B batch of 1024 has ~41K items). Host only.
+struct SuffixItemSummary {
+  std::int64_t items = 0, pieces = 0, keys = 0, groups = 0;
+  int max_rows = 0;
+  bool one_row = true;    // every item has one row
+  bool lone_rows = true;  // ... and is its merge group's only item
+  static SuffixItemSummary of(const attn::AttentionPlan& plan);
+};
+
+// Whether the suffix launch runs the decode kernel (else the mma.sync kernel): the runner's
+// choice at upload (rule and A/B numbers in paged_attention_runner.cu). Host only.
+bool suffix_runs_decode_kernel(const SuffixItemSummary& suffix);
 bool suffix_runs_decode_kernel(const attn::AttentionPlan& plan);
+
+// Whether the decode kernel's narrow build (one-row items only) serves the suffix launch.
+// HYDRAGEN_DECODE_NARROW / HYDRAGEN_DECODE_WIDE force one (the narrow one only where every
+// item has one row). Host only.
+bool decode_runs_narrow(const SuffixItemSummary& suffix);
 
 // Whether every suffix item of `plan` has one row and is its merge group's only item: the
 // plans decode_quad.cuh's kernel can serve. Host only.
@@ -68,6 +85,7 @@ bool suffix_items_are_lone_rows(const attn::AttentionPlan& plan);
 // kQuadManyItems items, run the one-key build. Host only; numbers in paged_attention_runner.cu;
 // HYDRAGEN_DECODE_KERNEL=warp|quad|quad1 forces.
 inline constexpr std::int64_t kQuadShortMeanKeys = 2, kQuadMaxMeanKeys = 32, kQuadManyItems = 8192;
+int quad_decode_keys(const SuffixItemSummary& suffix);
 int quad_decode_keys(const attn::AttentionPlan& plan);
 
 class PagedAttentionRunner {
