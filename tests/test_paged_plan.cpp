@@ -285,15 +285,21 @@ TEST(PagedPlan, FoldsWhereStackingDoesNotShortenTheSuffixLaunch) {
 // Rows per suffix item under kSuffixTileRowsByRule, on the shapes e8 was measured at (H200:
 // 1584 suffix slots), and the rule's edges. Each plan's items all have the one row count
 // (RandomTreesReadEveryKeyOnce checks the coverage of plans by rule).
-int suffix_rows_by_rule(int batch, int kv_heads, int q_heads, std::int64_t prefix, std::int64_t suffix,
-                        AttentionMode mode = AttentionMode::hydragen, int query_tokens = 1) {
-  PagedLayout layout = testing::one_segment_layout(batch, kv_heads, q_heads, prefix, suffix);
-  for (auto& seq : layout.sequences) seq.query_tokens = query_tokens;
+// Options with the H200's slots (264 shared, 1584 suffix) and the rows per suffix item by rule.
+PlanOptions rows_by_rule_options(AttentionMode mode, bool fold_at_rule_rows = false) {
   PlanOptions options;
   options.mode = mode;
   options.shared_slots = 264, options.suffix_slots = 1584;
   options.suffix_tile_rows = kSuffixTileRowsByRule;
-  const AttentionPlan plan = build_attention_plan(layout, options);
+  options.fold_at_rule_rows = fold_at_rule_rows;
+  return options;
+}
+
+int suffix_rows_by_rule(int batch, int kv_heads, int q_heads, std::int64_t prefix, std::int64_t suffix,
+                        AttentionMode mode = AttentionMode::hydragen, int query_tokens = 1) {
+  PagedLayout layout = testing::one_segment_layout(batch, kv_heads, q_heads, prefix, suffix);
+  for (auto& seq : layout.sequences) seq.query_tokens = query_tokens;
+  const AttentionPlan plan = build_attention_plan(layout, rows_by_rule_options(mode));
   int rows = -1;
   for (const PlanItem& it : plan.suffix_items) {
     if (rows < 0) rows = it.row_count;
@@ -347,12 +353,8 @@ TEST(PagedPlan, OneRowSuffixItemsByRule) {
 // or the mode is paged, the plan is the one without the option.
 AttentionPlan plan_folded_at(int batch, int kv_heads, int q_heads, std::int64_t prefix, std::int64_t suffix,
                              bool at_rule_rows, AttentionMode mode = AttentionMode::hydragen) {
-  PlanOptions options;
-  options.mode = mode;
-  options.shared_slots = 264, options.suffix_slots = 1584;
-  options.suffix_tile_rows = kSuffixTileRowsByRule;
-  options.fold_at_rule_rows = at_rule_rows;
-  return build_attention_plan(testing::one_segment_layout(batch, kv_heads, q_heads, prefix, suffix), options);
+  return build_attention_plan(testing::one_segment_layout(batch, kv_heads, q_heads, prefix, suffix),
+                              rows_by_rule_options(mode, at_rule_rows));
 }
 
 TEST(PagedPlan, FoldAtRuleRowsKeepsOneRowPlansStacked) {

@@ -166,17 +166,20 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
                  static_cast<int>(readers[i].size()) >= std::max(1, options.min_sharers_to_stack);
     if (stacked[i]) shared_base_items += hkv * ceil_div(rows_below[i], options.shared_tile_rows);
   }
+  // Keys sequence s reads in its own suffix items: its suffix and its path's segments that are
+  // not stacked (all of them without stacking).
+  auto own_keys = [&](int s, bool with_stacking) {
+    std::int64_t own = layout.sequences[s].suffix_tokens;
+    for (int p : path[s])
+      if (!(with_stacking && stacked[p])) own += layout.segments[p].tokens;
+    return own;
+  };
   // PlanOptions::fold_at_rule_rows: the fold estimate below counts the stacked plan's items
   // at the rows the rule gives it (one-row items where it holds), not at full tiles.
   if (rows_by_rule && options.fold_at_rule_rows && shared_base_items > 0) {
-    std::int64_t own_keys = 0;
-    for (int s = 0; s < num_sequences; ++s) {
-      own_keys += layout.sequences[s].suffix_tokens;
-      for (int p : path[s])
-        if (!stacked[p]) own_keys += layout.segments[p].tokens;
-    }
-    if (one_row_suffix_items(num_sequences, hkv, groups, one_token_each, own_keys, options.suffix_slots))
-      set_suffix_rows(1);
+    std::int64_t keys = 0;
+    for (int s = 0; s < num_sequences; ++s) keys += own_keys(s, true);
+    if (one_row_suffix_items(num_sequences, hkv, groups, one_token_each, keys, options.suffix_slots)) set_suffix_rows(1);
   }
   // Fold everything back when stacking would not shorten the suffix launch by a quarter (see
   // PlanOptions::fold_when_stacking_saves_little): that launch's time is estimated as its
@@ -185,9 +188,7 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
     auto suffix_cost = [&](bool with_stacking) {
       std::int64_t items = 0, longest = 0;
       for (int s = 0; s < num_sequences; ++s) {
-        std::int64_t own = layout.sequences[s].suffix_tokens;
-        for (int p : path[s])
-          if (!(with_stacking && stacked[p])) own += layout.segments[p].tokens;
+        const std::int64_t own = own_keys(s, with_stacking);
         const int splits = splits_for(own, suffix_base_items, options.suffix_slots, options.suffix_min_split_tokens);
         items += suffix_tiles(s) * splits;
         longest = std::max(longest, ceil_div(own, splits));
@@ -272,9 +273,9 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
     own_tokens[s] += seq.suffix_tokens;
   }
   if (rows_by_rule) {  // the rows for the plan as built (stacked or folded)
-    std::int64_t own_keys = 0;
-    for (int s = 0; s < num_sequences; ++s) own_keys += own_tokens[s];
-    set_suffix_rows(one_row_suffix_items(num_sequences, hkv, groups, one_token_each, own_keys, options.suffix_slots)
+    std::int64_t keys = 0;
+    for (int s = 0; s < num_sequences; ++s) keys += own_tokens[s];
+    set_suffix_rows(one_row_suffix_items(num_sequences, hkv, groups, one_token_each, keys, options.suffix_slots)
                         ? 1
                         : kSuffixTileRows);
   }

@@ -55,7 +55,7 @@ using SuffixLaunchFn = void (*)(const PagedAttentionParams&, int grid, cudaStrea
 // kernel(p) on `stream`; after_shared: as that dependent.
 template <class Kernel>
 void launch_kernel(Kernel kernel, int grid, int threads, int smem_bytes, cudaStream_t stream, bool after_shared,
-                          const PagedAttentionParams& p) {
+                   const PagedAttentionParams& p) {
   if (!after_shared) {
     kernel<<<grid, threads, smem_bytes, stream>>>(p);
     return;
@@ -101,8 +101,8 @@ int prepare() {
 template <class T, int D, int MinBlocks, int MaxRows>
 void launch_decode(const PagedAttentionParams& p, int grid, cudaStream_t stream, bool after_shared) {
   using Shape = DecodeShape<T, D>;
-  launch_kernel(decode_attention_kernel<T, D, MinBlocks, MaxRows>, grid, Shape::kThreads,
-                       Shape::smem_bytes(MaxRows), stream, after_shared, p);
+  launch_kernel(decode_attention_kernel<T, D, MinBlocks, MaxRows>, grid, Shape::kThreads, Shape::smem_bytes(MaxRows),
+                stream, after_shared, p);
 }
 template <class T, int D, int MinBlocks, int MaxRows>
 int prepare_decode() {
