@@ -589,27 +589,28 @@ TEST(CudaDispatch, PlanCapacityHoldsEverySize) {
 #endif
 }
 
-// The suffix kernel choice: the decode kernel when the suffix items are short per item AND
-// per merge group, else the mma kernel. Yi-6B's shape (32/4) paged over a 20K document takes
-// the mma kernel at 32 and 64 questions (at 32 the split items are short but each row group
-// still reads 20K keys: 33.7 -> 17.9 ms per step on the H200); 8/1 at B=1 over 32K likewise.
-// 32/8 paged over 4K (unsplit 64-piece items) takes the mma kernel too. Short GQA contexts,
-// every MHA plan and hydragen's stacked document take the decode kernel. No GPU needed: the
-// choice is host code.
-TEST(CudaDispatch, SuffixKernelRulePerItemAndPerMergeGroup) {
+// The suffix kernel choice: the decode kernel for every plan (the pre-v18 rule's mma-kernel
+// shapes included: Yi-6B's 32/4 paged over a 20K document, 8/1 at B=1 over 32K, 32/8 paged
+// over 4K and 16K), the mma kernel only when HYDRAGEN_SUFFIX_KERNEL=mma forces it. No GPU
+// needed: the choice is host code.
+TEST(CudaDispatch, SuffixKernelIsTheDecodeKernelUnlessForced) {
 #ifdef HYDRAGEN_WITH_CUDA
-  for (const int questions : {32, 64})
-    EXPECT_FALSE(cuda::suffix_runs_decode_kernel(one_segment_plan(questions, 4, 32, 20000, 40, AttentionMode::paged)))
-        << questions << " questions";
-  EXPECT_FALSE(cuda::suffix_runs_decode_kernel(one_segment_plan(1, 1, 8, 32768, 1, AttentionMode::paged)));
-  EXPECT_FALSE(cuda::suffix_runs_decode_kernel(one_segment_plan(256, 8, 32, 4096, 1, AttentionMode::paged)));
-  EXPECT_TRUE(cuda::suffix_runs_decode_kernel(one_segment_plan(64, 8, 32, 1024, 1, AttentionMode::paged)));
-  EXPECT_FALSE(cuda::suffix_runs_decode_kernel(one_segment_plan(64, 8, 32, 16384, 1, AttentionMode::paged)));
-  EXPECT_TRUE(cuda::suffix_runs_decode_kernel(one_segment_plan(64, 1, 8, 4096, 1, AttentionMode::paged)));
-  EXPECT_TRUE(cuda::suffix_runs_decode_kernel(one_segment_plan(16, 40, 40, 32768, 1, AttentionMode::paged)));
-  EXPECT_TRUE(cuda::suffix_runs_decode_kernel(one_segment_plan(32, 4, 32, 20000, 40, AttentionMode::hydragen)));
+  const std::vector<attn::AttentionPlan> plans = {
+      one_segment_plan(32, 4, 32, 20000, 40, AttentionMode::paged),
+      one_segment_plan(64, 4, 32, 20000, 40, AttentionMode::paged),
+      one_segment_plan(1, 1, 8, 32768, 1, AttentionMode::paged),
+      one_segment_plan(256, 8, 32, 4096, 1, AttentionMode::paged),
+      one_segment_plan(64, 8, 32, 16384, 1, AttentionMode::paged),
+      one_segment_plan(16, 40, 40, 32768, 1, AttentionMode::paged),
+      one_segment_plan(32, 4, 32, 20000, 40, AttentionMode::hydragen)};
+  for (std::size_t i = 0; i < plans.size(); ++i) EXPECT_TRUE(cuda::suffix_runs_decode_kernel(plans[i])) << "plan " << i;
+  {
+    const ScopedEnv forced("HYDRAGEN_SUFFIX_KERNEL", "mma");
+    for (std::size_t i = 0; i < plans.size(); ++i)
+      EXPECT_FALSE(cuda::suffix_runs_decode_kernel(plans[i])) << "plan " << i << " forced to the mma kernel";
+  }
   const ScopedEnv forced("HYDRAGEN_SUFFIX_KERNEL", "decode");
-  EXPECT_TRUE(cuda::suffix_runs_decode_kernel(one_segment_plan(64, 4, 32, 20000, 40, AttentionMode::paged)));
+  EXPECT_TRUE(cuda::suffix_runs_decode_kernel(plans[0]));
 #else
   GTEST_SKIP() << "built without CUDA";
 #endif

@@ -124,24 +124,18 @@ void launch_decode_quad(const PagedAttentionParams& p, int grid, cudaStream_t st
 
 }  // namespace
 
-// Which kernel runs the suffix launch, chosen at upload from the plan: the decode kernel
-// (one warp per item) for items of <= 2 rows (MHA), and for items of 3..8 rows when they are
-// short both per item (<= 32 pieces, 2K keys, on average) and per merge group (<= 128 pieces
-// per row group); the mma kernel otherwise, where its tensor-core tile streams K/V faster.
-// The per-item bound alone (H200, docs/perf-notes.md v4): 32/8 B=64 16K paged 0.99 mma vs
-// 1.40 ms decode; B=64 1K 0.12 decode vs 0.23 ms mma; 8/1 B=64 4K 0.146 decode vs 0.216 mma.
-// The per-group bound (v6-rule): a long context split to fill the slots has short items but
-// the same decode-kernel work per key -- 8/1 B=1 32K 0.353 -> 0.069 ms, Yi-6B docqa paged at
-// 32 questions 33.7 -> 17.9 ms per step; alone it lost 1.9x at 32/8 B=256 4K paged, which the
-// per-item bound keeps on the mma kernel. Both kernels are correct for every plan, so a graph
-// captured before an upload stays correct. HYDRAGEN_SUFFIX_KERNEL=mma|decode forces one.
-bool suffix_runs_decode_kernel(const SuffixItemSummary& suffix) {
-  if (const char* env = std::getenv("HYDRAGEN_SUFFIX_KERNEL")) {
-    if (std::string(env) == "mma") return false;
-    if (std::string(env) == "decode") return true;
-  }
-  if (suffix.items == 0 || suffix.max_rows <= 2) return true;
-  return suffix.pieces <= 32 * suffix.items && suffix.pieces <= 128 * std::max<std::int64_t>(suffix.groups, 1);
+// Which kernel runs the suffix launch: the decode kernel (one warp per item) for every plan
+// since v18 put its items of 3..8 rows on the tensor cores. Before v18 the mma kernel took
+// items of 3..8 rows that were long per item (> 32 pieces on average) or per merge group
+// (> 128 pieces per row group); measured against that rule on the H200 (session 9, the
+// 160-point GQA sweep with HYDRAGEN_SUFFIX_KERNEL=decode, docs/perf-notes.md), the decode
+// kernel took 0.42-0.87x the time at every point the rule gave the mma kernel (8/1 B=64 16K
+// paged 0.379 -> 0.158 ms, 32/8 B=1024 16K paged 13.2 -> 11.2 ms) and 0.93-1.10x elsewhere
+// (the same kernel: run-to-run spread of points under 0.1 ms). Both kernels are correct for
+// every plan; HYDRAGEN_SUFFIX_KERNEL=mma|decode forces one (the tests run the mma kernel so).
+bool suffix_runs_decode_kernel(const SuffixItemSummary&) {
+  const char* env = std::getenv("HYDRAGEN_SUFFIX_KERNEL");
+  return env == nullptr || std::string(env) != "mma";
 }
 
 bool suffix_runs_decode_kernel(const attn::AttentionPlan& plan) {
