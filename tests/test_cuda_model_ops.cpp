@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "hydragen/error.h"
 #include "hydragen/tensor.h"
 #include "model/counter_rng.h"
 #include "model/kv_cache.h"
@@ -93,6 +94,13 @@ void check_rope_append_kv(std::int64_t head_dim) {
       Tensor::wrap(const_cast<std::int32_t*>(slot_of_row.data()), {rows}, DType::i32).to(Device::cuda);
   const Tensor device_freq =
       Tensor::wrap(const_cast<float*>(inv_freq.data()), {d / 2}, DType::f32).to(Device::cuda);
+  // q_out: the rotated q heads there, qkv's q columns left as they were.
+  Tensor device_qkv2 = to_cuda_bf16(qkv);
+  Tensor q_out = Tensor::empty({rows, hq, d}, DType::bf16, Device::cuda);
+  ASSERT_EQ(cudaMemset(q_out.raw(), 0xff, q_out.bytes()), cudaSuccess);
+  Tensor k_cache2 = Tensor::empty({slots, hkv, d}, DType::bf16, Device::cuda);
+  Tensor v_cache2 = Tensor::empty({slots, hkv, d}, DType::bf16, Device::cuda);
+  cuda::rope_append_kv(device_qkv2, hq, hkv, device_positions, device_freq, device_slots, k_cache2, v_cache2, &q_out);
   cuda::rope_append_kv(device_qkv, hq, hkv, device_positions, device_freq, device_slots, k_cache, v_cache);
 
   // The twin: apply_rope on the q and k heads of an f32 copy, then scatter k and v by slot.
@@ -102,6 +110,23 @@ void check_rope_append_kv(std::int64_t head_dim) {
   apply_rope(qk, positions, inv_freq);
   heads.slice(1, 0, hq + hkv).copy_from(qk);
   EXPECT_LT(nmse(to_cpu_f32(device_qkv), expected), kMaxNmse);
+  const Tensor rotated_q = to_cpu_f32(device_qkv).reshape({rows, hq + 2 * hkv, d}).slice(1, 0, hq).clone();
+  EXPECT_TRUE(std::isfinite(nmse(to_cpu_f32(q_out), rotated_q)));
+  EXPECT_EQ(nmse(to_cpu_f32(q_out), rotated_q), 0.0) << "q_out holds the in-place run's rotated q, bit for bit";
+  const Tensor qkv2 = to_cpu_f32(device_qkv2).reshape({rows, hq + 2 * hkv, d});
+  const Tensor q_in = to_cpu_f32(to_cuda_bf16(qkv)).reshape({rows, hq + 2 * hkv, d}).slice(1, 0, hq).clone();
+  EXPECT_EQ(nmse(qkv2.slice(1, 0, hq).clone(), q_in), 0.0) << "qkv's q columns stay unrotated under q_out";
+  EXPECT_EQ(nmse(qkv2.slice(1, hq, hq + 2 * hkv).clone(),
+                 to_cpu_f32(device_qkv).reshape({rows, hq + 2 * hkv, d}).slice(1, hq, hq + 2 * hkv).clone()),
+            0.0);
+  const Tensor k_host2 = to_cpu_f32(k_cache2), v_host2 = to_cpu_f32(v_cache2);
+  for (std::int64_t r = 0; r < rows; ++r) {  // the written slots, the same bits as the in-place run's
+    EXPECT_EQ(nmse(k_host2.select(0, slot_of_row[r]).clone(), to_cpu_f32(k_cache).select(0, slot_of_row[r]).clone()), 0.0);
+    EXPECT_EQ(nmse(v_host2.select(0, slot_of_row[r]).clone(), to_cpu_f32(v_cache).select(0, slot_of_row[r]).clone()), 0.0);
+  }
+  EXPECT_THROW(cuda::rope_append_kv(device_qkv2, hq, hkv, device_positions, device_freq, device_slots, k_cache2,
+                                    v_cache2, &k_cache2),
+               Error);
   const Tensor k_host = to_cpu_f32(k_cache), v_host = to_cpu_f32(v_cache);
   for (std::int64_t r = 0; r < rows; ++r) {
     EXPECT_LT(nmse(k_host.select(0, slot_of_row[r]).clone(), heads.select(0, r).slice(0, hq, hq + hkv).clone()),

@@ -113,7 +113,6 @@ void LlamaCuda::forward_rows(std::int64_t rows, StepBuffers& b, const std::funct
   Tensor x = first(b.x), h = first(b.h), qkv = first(b.qkv), q = first(b.q), o = first(b.o), delta = first(b.delta),
          gate_up = first(b.gate_up), act = first(b.act), lse = first(b.lse);
   const Tensor positions = first(b.positions), slots = first(b.slots);
-  auto st = static_cast<cudaStream_t>(stream);
   cuda::embed_rows(embed_, first(b.tokens), x, stream);
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     const Layer& layer = layers_[l];
@@ -121,11 +120,8 @@ void LlamaCuda::forward_rows(std::int64_t rows, StepBuffers& b, const std::funct
     cuda::linear(h, layer.w_qkv, qkv, stream);
     if (layer.b_qkv.defined()) cuda::add_bias(qkv, layer.b_qkv, stream);
     Tensor k_cache = k_slots(static_cast<std::int64_t>(l)), v_cache = v_slots(static_cast<std::int64_t>(l));
-    cuda::rope_append_kv(qkv, hq, hkv, positions, inv_freq_, slots, k_cache, v_cache, stream);
-    // The q heads are the first hq * d columns of each qkv row; `none` uses them as o.
-    HG_CHECK(cudaMemcpy2DAsync(attend ? q.raw() : o.raw(), hq * d * 2, qkv.raw(), (hq + 2 * hkv) * d * 2, hq * d * 2,
-                               rows, cudaMemcpyDeviceToDevice, st) == cudaSuccess,
-             "LlamaCuda: cudaMemcpy2DAsync of q failed");
+    // The rotated q heads go straight into the attention's contiguous q; `none` uses them as o.
+    cuda::rope_append_kv(qkv, hq, hkv, positions, inv_freq_, slots, k_cache, v_cache, attend ? &q : &o, stream);
     if (attend) attend(static_cast<std::int64_t>(l), q, o, lse);
     cuda::linear(o.reshape({rows, hq * d}), layer.wo, delta, stream);
     if (layer.bo.defined()) cuda::add_bias(delta, layer.bo, stream);

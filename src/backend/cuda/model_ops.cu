@@ -72,7 +72,8 @@ __global__ void add_rms_norm_kernel(bf16_t* residual, const bf16_t* delta, const
 // blockDim is a multiple of pairs_per_pass = min(d/2, blockDim): each thread keeps a pair
 // index and takes its sincos once for every head of the row (80 q and k heads at 13B).
 __global__ void rope_append_kv_kernel(bf16_t* qkv, int q_heads, int kv_heads, int head_dim, const int* positions,
-                                      const float* inv_freq, const int* slots, bf16_t* k_cache, bf16_t* v_cache) {
+                                      const float* inv_freq, const int* slots, bf16_t* k_cache, bf16_t* v_cache,
+                                      bf16_t* q_out) {
   const int row = blockIdx.x, half = head_dim / 2;
   const int pairs_per_pass = min(half, static_cast<int>(blockDim.x)), head_step = blockDim.x / pairs_per_pass;
   const int heads = q_heads + 2 * kv_heads;
@@ -91,8 +92,12 @@ __global__ void rope_append_kv_kernel(bf16_t* qkv, int q_heads, int kv_heads, in
         continue;
       }
       const float a = __bfloat162float(h[i]), b = __bfloat162float(h[i + half]);
-      h[i] = __float2bfloat16(a * c - b * s);
-      h[i + half] = __float2bfloat16(b * c + a * s);
+      // q heads go to q_out where given (the qkv row keeps them unrotated), else in place
+      bf16_t* to = q_out != nullptr && head < q_heads
+                       ? q_out + (static_cast<std::int64_t>(row) * q_heads + head) * head_dim
+                       : h;
+      to[i] = __float2bfloat16(a * c - b * s);
+      to[i + half] = __float2bfloat16(b * c + a * s);
       if (head >= q_heads) {  // k: also appended to the cache
         const std::int64_t at = slot_base + static_cast<std::int64_t>(head - q_heads) * head_dim;
         k_cache[at + i] = h[i];
@@ -200,7 +205,8 @@ void add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& weight, f
 }
 
 void rope_append_kv(Tensor& qkv, std::int64_t q_heads, std::int64_t kv_heads, const Tensor& positions,
-                    const Tensor& inv_freq, const Tensor& slots, Tensor& k_cache, Tensor& v_cache, void* stream) {
+                    const Tensor& inv_freq, const Tensor& slots, Tensor& k_cache, Tensor& v_cache, Tensor* q_out,
+                    void* stream) {
   check_operand("rope_append_kv", "qkv", qkv, DType::bf16, 2);
   check_operand("rope_append_kv", "positions", positions, DType::i32, 1);
   check_operand("rope_append_kv", "inv_freq", inv_freq, DType::f32, 1);
@@ -216,6 +222,12 @@ void rope_append_kv(Tensor& qkv, std::int64_t q_heads, std::int64_t kv_heads, co
            kv_heads, ", head_dim], positions and slots [rows], inv_freq [head_dim / 2]; got qkv ", qkv.shape_str(),
            " k_cache ", k_cache.shape_str(), " positions ", positions.shape_str(), " slots ", slots.shape_str(),
            " inv_freq ", inv_freq.shape_str());
+  if (q_out != nullptr) {
+    HG_CHECK(q_out->dtype() == DType::bf16 && q_out->device() == Device::cuda && q_out->is_contiguous() &&
+                 q_out->numel() == rows * q_heads * head_dim,
+             "rope_append_kv: q_out must be a contiguous bf16 CUDA tensor of rows x q_heads x head_dim = ", rows, " x ",
+             q_heads, " x ", head_dim, " elements; got ", dtype_name(q_out->dtype()), " ", q_out->shape_str());
+  }
   const int half = static_cast<int>(head_dim / 2);
   if (rows == 0 || half == 0) return;
   // A whole number of passes over the pairs: kThreads rounded down to a multiple of d/2 (240
@@ -223,7 +235,8 @@ void rope_append_kv(Tensor& qkv, std::int64_t q_heads, std::int64_t kv_heads, co
   const int threads = half <= kThreads ? kThreads / half * half : std::min(half, 1024);
   rope_append_kv_kernel<<<static_cast<unsigned>(rows), static_cast<unsigned>(threads), 0, as_stream(stream)>>>(
       mdata(qkv), static_cast<int>(q_heads), static_cast<int>(kv_heads), static_cast<int>(head_dim),
-      positions.data<int>(), inv_freq.data<float>(), slots.data<int>(), mdata(k_cache), mdata(v_cache));
+      positions.data<int>(), inv_freq.data<float>(), slots.data<int>(), mdata(k_cache), mdata(v_cache),
+      q_out != nullptr ? mdata(*q_out) : nullptr);
   HG_CUDA_CHECK(cudaGetLastError());
 }
 

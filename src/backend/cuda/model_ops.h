@@ -21,10 +21,13 @@ void add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& weight, f
 // the q and k heads in place by RoPE (positions i32 [rows], inv_freq f32 [head_dim / 2]) and
 // writes row r's rotated k and its v to slot slots[r] (i32 [rows]) of k_cache / v_cache,
 // bf16 [slots, kv_heads, head_dim]: a page pool with slot = page * page_size + offset.
+// q_out (bf16, contiguous, rows x q_heads x head_dim elements), where given, receives the
+// rotated q heads instead of qkv (whose q columns then stay as they were): the attention's
+// contiguous q without a copy out of the strided qkv rows.
 // Twin: apply_rope + KvCache::write.
 void rope_append_kv(Tensor& qkv, std::int64_t q_heads, std::int64_t kv_heads, const Tensor& positions,
                     const Tensor& inv_freq, const Tensor& slots, Tensor& k_cache, Tensor& v_cache,
-                    void* stream = nullptr);
+                    Tensor* q_out = nullptr, void* stream = nullptr);
 
 // out = silu(gate) * up for gate_up bf16 [rows, 2 * inter] = [gate | up] (the fused
 // gate/up GEMM's output); out bf16 [rows, inter]. Twin: silu_mul.
