@@ -18,7 +18,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdlib>
+#include <map>
 #include <optional>
+#include <set>
 
 #include "backend/cuda/cuda_attention.h"
 #include "backend/cuda/paged_attention_runner.h"
@@ -272,6 +274,50 @@ TEST(CudaAttention, RunnerMatchesCpuPlanRunner) {
     EXPECT_FALSE(testing::has_nan(cpu.o)) << what;
     EXPECT_LE(relative_norm_error(gpu.o, cpu.o), 5e-3) << what;
     expect_lse_near(gpu.lse, cpu.lse, what);
+  }
+#endif
+}
+
+// Head-split plans (PlanOptions::shared_head_splits: a stacked segment's first kv heads whole,
+// the rest split finer, split-major; each merge group reads its own head's columns) through
+// the device's kernels (the full-tile kernel for the shared launch, d 128) against the float64
+// reference: MHA (6 heads, 2 tiles each) and GQA (3 heads x 4), page sizes 16 and 64, one-
+// and three-token queries. The slots are forced low so that small shapes split by head.
+TEST(CudaAttention, HeadSplitPlansMatchReference) {
+  SKIP_WITHOUT_GPU();
+#ifdef HYDRAGEN_WITH_CUDA
+  Rng rng;
+  SCOPED_TRACE(rng.trace());
+  for (int trial = 0; trial < 6; ++trial) {
+    testing::PagedShape shape;
+    shape.page_size = trial % 2 ? 16 : 64;
+    shape.head_dim = 128;
+    shape.kv_heads = trial % 3 == 2 ? 3 : 6;
+    shape.groups = shape.kv_heads == 3 ? 4 : 1;
+    shape.batch = shape.kv_heads == 3 ? 64 : 256;  // 256 rows per kv head: two full tiles
+    shape.segment_lengths = {2048};
+    shape.max_query_tokens = trial % 3 == 1 ? 3 : 1;
+    shape.round_to_bf16 = true;
+    const testing::PagedCase c = testing::random_paged_case(shape, rng);
+    attn::PlanOptions options = cuda::plan_options_for_device(DType::bf16, 128, AttentionMode::hydragen, true);
+    options.shared_full_tile_slots = shape.kv_heads == 3 ? 4 : 5;
+    options.shared_split_past_one_wave = true, options.shared_head_splits = true;
+    options.fold_when_stacking_saves_little = false;
+    const attn::AttentionPlan plan = attn::build_attention_plan(c.layout, options);
+    std::map<int, int> items_of_head;
+    for (const auto& it : plan.shared_items) ++items_of_head[it.kv_head];
+    std::set<int> counts;
+    for (const auto& [head, n] : items_of_head) counts.insert(n);
+    const std::string what = concat("trial ", trial, " page ", shape.page_size, " Hkv ", shape.kv_heads, " G ",
+                                    shape.groups, " T<=", shape.max_query_tokens);
+    ASSERT_TRUE(plan.shared_full_tiles) << what;
+    ASSERT_GT(counts.size(), 1u) << what << ": the heads' splits should differ";
+    int variant = 0;
+    const AttentionState out = run_on_device(c, plan, options.shared_tile_rows, &variant);
+    EXPECT_TRUE(variant & 4) << what << ": the full-tile kernel runs the shared launch";
+    const AttentionState ref = reference_tree_attention(c.tree, c.q);
+    EXPECT_LE(relative_norm_error(out.o, ref.o), 5e-3) << what;
+    expect_lse_near(out.lse, ref.lse, what);
   }
 #endif
 }

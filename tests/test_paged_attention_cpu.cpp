@@ -113,6 +113,39 @@ TEST(PagedAttentionCpu, RandomForestsMatchFloat64Reference) {
               trial, stacked, folded, shared_splits, suffix_splits, offsets);
 }
 
+// Plans whose kv heads split one stacked segment differently (PlanOptions::shared_head_splits:
+// bulk heads whole, the rest split finer, each merge group reading its own head's columns)
+// against the float64 reference: MHA and GQA, page sizes 16 and 64, one- and multi-token
+// queries, suffixes empty to 100 keys. Every trial's plan has heads of different splits.
+TEST(PagedAttentionCpu, HeadSplitPlansMatchFloat64Reference) {
+  Rng rng;
+  SCOPED_TRACE(rng.trace());
+  for (int trial = 0; trial < 6; ++trial) {
+    PagedShape shape;
+    shape.page_size = trial % 2 ? 16 : 64;
+    shape.kv_heads = trial % 3 == 2 ? 3 : 6;
+    shape.groups = shape.kv_heads == 3 ? 4 : 1;
+    shape.batch = shape.kv_heads == 3 ? 32 : 128;  // 128 rows per kv head: two tiles of 64
+    shape.segment_lengths = {2048};
+    shape.max_query_tokens = trial % 3 == 1 ? 3 : 1;
+    const PagedCase c = random_paged_case(shape, rng);
+    attn::PlanOptions options;
+    options.shared_tile_rows = 64, options.shared_slots = 264, options.suffix_slots = 1584;
+    options.shared_full_tile_slots = shape.kv_heads == 3 ? 4 : 5;  // (3 heads x 2 tiles on 4 slots: splits 1, 1, 2)
+    options.shared_split_past_one_wave = true, options.shared_head_splits = true;
+    options.fold_when_stacking_saves_little = false;
+    const attn::AttentionPlan plan = attn::build_attention_plan(c.layout, options);
+    std::map<int, int> items_of_head;
+    for (const auto& it : plan.shared_items) ++items_of_head[it.kv_head];
+    std::set<int> counts;
+    for (const auto& [head, n] : items_of_head) counts.insert(n);
+    const std::string what = concat("trial ", trial, " page ", shape.page_size, " Hkv ", shape.kv_heads, " G ",
+                                    shape.groups, " T<=", shape.max_query_tokens);
+    ASSERT_GT(counts.size(), 1u) << what << ": the heads' splits should differ";
+    expect_state_near(run_plan(plan, c), reference_tree_attention(c.tree, c.q), kTolerance, what);
+  }
+}
+
 // A sequence with no keys at all, one under an empty segment, one with keys: the empty rows
 // are exactly (0, -inf) in every mode, never NaN.
 TEST(PagedAttentionCpu, EmptyContextsGiveZeroAndMinusInfinity) {

@@ -99,12 +99,28 @@ void check_coverage(const PagedLayout& layout, const AttentionPlan& plan) {
           ASSERT_EQ(it->second.second, slots[k]) << "sequence " << s << " key " << k << " read from the wrong slot";
         }
   }
-  for (const auto& group : plan.groups) expected_writes += group.columns;
+  // Every entry a merge group reads (its rows x its columns, in its kv head) written exactly
+  // once, and nothing written that no group reads. (The heads of a sequence may have different
+  // column counts: PlanOptions::shared_head_splits; its region holds the widest.)
+  std::map<std::int64_t, int> merged;
+  for (const PlanItem& it : plan.suffix_items) {
+    const PlanMergeGroup& group = plan.groups.at(it.group);
+    ASSERT_LE(group.columns, plan.max_columns);
+    for (int r = 0; r < it.row_count; ++r) {
+      const PlanRow& row = plan.rows[it.row_begin + r];
+      for (int c = 0; c < group.columns; ++c)
+        merged[row.state_base + std::int64_t{c} * row.state_stride + it.kv_head * g + row.group] += 1;
+    }
+  }
+  for (const auto& group : plan.groups) expected_writes += group.items;
+  EXPECT_EQ(expected_writes, static_cast<std::int64_t>(plan.suffix_items.size()));
   for (const auto& [entry, count] : writes) {
     ASSERT_EQ(count, 1) << "state entry " << entry;
     ASSERT_LT(entry, plan.state_entries);
+    ASSERT_TRUE(merged.count(entry)) << "state entry " << entry << " is written but no merge group reads it";
   }
-  EXPECT_EQ(static_cast<std::int64_t>(writes.size()), plan.state_entries);
+  for (const auto& [entry, count] : merged) ASSERT_TRUE(writes.count(entry)) << "state entry " << entry << " is merged unwritten";
+  EXPECT_LE(static_cast<std::int64_t>(writes.size()), plan.state_entries);
   EXPECT_EQ(plan.query_rows, row);
 }
 
@@ -122,6 +138,10 @@ TEST(PagedPlan, RandomTreesReadEveryKeyOnce) {
       options.shared_split_past_one_wave = trial % 4 == 1;
       options.suffix_tile_rows = trial % 5 == 2 ? 1 : trial % 5 == 3 ? 5 : trial % 5 == 4 ? kSuffixTileRowsByRule : kSuffixTileRows;
       options.fold_at_rule_rows = trial % 10 == 9;  // (by rule only: trial % 5 == 4)
+      if (trial % 3 == 1) {  // full-tile plans on 7 slots, their heads split differently where that balances
+        options.shared_full_tile_slots = 7;
+        options.shared_head_splits = true;
+      }
       const AttentionPlan plan = build_attention_plan(layout, options);
       if (mode == AttentionMode::paged) {
         EXPECT_TRUE(plan.shared_items.empty());
@@ -151,6 +171,127 @@ TEST(PagedPlan, SplitsSharedWorkPastOneWaveWhenAsked) {
   const AttentionPlan plan = build_attention_plan(layout, options);
   EXPECT_EQ(plan.shared_items.size(), 24u);
   check_coverage(layout, plan);
+}
+
+// shared_head_splits: the closed-form cost of the full-tile kernel's rounds against a
+// simulation that deals the items to blocks one by one (item i to block i % slots: the bulk
+// heads' items, then the tail's), over shapes from 2 to 40 kv heads and 4 to 132 slots. The
+// result is the uniform split or a bulk of whole rounds + a finer tail, >= 2% cheaper than
+// uniform, and no candidate of the search is cheaper under the simulation. Then the shapes it
+// was written for: 40/40 at B=1024 (33 heads whole, 7 split 2) and B=256 (33 split 2, 7 split
+// 8); 32/8 at B=1024 (one head per 32 tiles: nothing to balance) unchanged.
+TEST(PagedPlan, HeadSplitsFillTheFullTileKernelsRounds) {
+  auto simulated = [](const std::vector<int>& splits, std::int64_t tiles, std::int64_t pieces,
+                      std::int64_t rows_per_head, int slots) {
+    std::vector<double> load(static_cast<std::size_t>(slots), 0.0);
+    std::int64_t item = 0;
+    double columns = 0;
+    for (int k : splits) {
+      columns += k;
+      for (std::int64_t t = 0; t < tiles; ++t)
+        for (int sp = 0; sp < k; ++sp) {
+          const std::int64_t item_pieces = (pieces + k - 1) / k;  // the longest split (ceil)
+          load[static_cast<std::size_t>(item++ % slots)] += double((item_pieces + 1) / 2) + kHeadSplitItemOverheadBlocks;
+        }
+    }
+    return *std::max_element(load.begin(), load.end()) + kHeadSplitBlocksPerColumnRow * columns * double(rows_per_head);
+  };
+  int changed = 0;
+  for (int heads : {2, 3, 5, 6, 7, 8, 40})
+    for (std::int64_t tiles : {1, 2, 8})
+      for (std::int64_t pieces : {8, 32, 256})
+        for (int slots : {4, 5, 7, 132})
+          for (int uniform : {1, 2, 3}) {
+            const std::int64_t rows = tiles * 128;
+            const std::vector<int> got = shared_head_splits(heads, tiles, pieces, rows, slots, uniform);
+            SCOPED_TRACE(::testing::Message() << "heads " << heads << " tiles " << tiles << " pieces " << pieces
+                                              << " slots " << slots << " uniform " << uniform);
+            ASSERT_EQ(got.size(), static_cast<std::size_t>(heads));
+            const std::vector<int> flat(static_cast<std::size_t>(heads), uniform);
+            const double base = simulated(flat, tiles, pieces, rows, slots);
+            const int most = static_cast<int>(std::min<std::int64_t>(kMostHeadSplits, std::max<std::int64_t>(1, pieces / 2)));
+            // The best candidate under the simulation.
+            double best = base;
+            for (int k_bulk = 1; k_bulk <= std::min(most, 4); ++k_bulk)
+              for (int k_tail = k_bulk + 1; k_tail <= most; ++k_tail)
+                for (int bulk = 1; bulk < heads; ++bulk) {
+                  if (std::int64_t{bulk} * tiles * k_bulk % slots != 0) continue;
+                  std::vector<int> candidate(static_cast<std::size_t>(heads), k_tail);
+                  std::fill_n(candidate.begin(), bulk, k_bulk);
+                  best = std::min(best, simulated(candidate, tiles, pieces, rows, slots));
+                }
+            if (got == flat) {
+              EXPECT_GT(best, 0.98 * base - 1e-9) << "a candidate >= 2% cheaper was not taken";
+              continue;
+            }
+            ++changed;
+            const int bulk = static_cast<int>(std::find(got.begin(), got.end(), got.back()) - got.begin());
+            ASSERT_GT(bulk, 0);
+            for (int kh = 0; kh < heads; ++kh) ASSERT_EQ(got[kh], kh < bulk ? got.front() : got.back()) << "head " << kh;
+            EXPECT_LT(got.front(), got.back());
+            EXPECT_EQ(std::int64_t{bulk} * tiles * got.front() % slots, 0) << "the bulk fills whole rounds";
+            const double cost = simulated(got, tiles, pieces, rows, slots);
+            EXPECT_LE(cost, 0.98 * base + 1e-9);
+            EXPECT_NEAR(cost, best, 1e-9) << "the closed form's choice is the simulation's best";
+          }
+  EXPECT_GT(changed, 20);
+  auto runs = [](const std::vector<int>& splits) {  // (count, splits) runs
+    std::vector<std::pair<int, int>> out;
+    for (int k : splits)
+      if (!out.empty() && out.back().second == k) ++out.back().first;
+      else out.push_back({1, k});
+    return out;
+  };
+  using Runs = std::vector<std::pair<int, int>>;
+  EXPECT_EQ(runs(shared_head_splits(40, 8, 256, 1024, 132, 2)), (Runs{{33, 1}, {7, 2}}));
+  EXPECT_EQ(runs(shared_head_splits(40, 2, 256, 256, 132, 3)), (Runs{{33, 2}, {7, 8}}));
+  EXPECT_EQ(runs(shared_head_splits(8, 32, 256, 4096, 132, 1)), (Runs{{8, 1}}));
+  EXPECT_EQ(runs(shared_head_splits(1, 8, 256, 1024, 132, 2)), (Runs{{1, 2}}));
+}
+
+// The plan of a head-split segment: 6 MHA heads x 2 tiles of 64 rows over a 2K prefix on 5
+// full-tile slots. Heads 0-4 whole (10 items: 2 rounds), head 5 split 2 ways (split-major:
+// both tiles of a split side by side); each merge group reads its own head's columns (1 or 2
+// shared + its suffix split), the state region holds the widest; every key read once.
+TEST(PagedPlan, HeadSplitPlansMergeEachHeadsOwnColumns) {
+  const PagedLayout layout = testing::one_segment_layout(128, 6, 6, 2048, 3);
+  PlanOptions options;
+  options.shared_tile_rows = 64, options.shared_slots = 264, options.suffix_slots = 1584;
+  options.shared_full_tile_slots = 5, options.shared_split_past_one_wave = true;
+  const AttentionPlan uniform = build_attention_plan(layout, options);
+  options.shared_head_splits = true;
+  const AttentionPlan plan = build_attention_plan(layout, options);
+  ASSERT_TRUE(plan.shared_full_tiles);
+  EXPECT_EQ(shared_head_splits(6, 2, 32, 128, 5, 2), (std::vector<int>{1, 1, 1, 1, 1, 2}));
+  EXPECT_EQ(uniform.shared_items.size(), 24u);  // 12 tiles x 2: the uniform split
+  ASSERT_EQ(plan.shared_items.size(), 14u);
+  for (std::size_t i = 0; i < 10; ++i) {
+    EXPECT_EQ(plan.shared_items[i].kv_head, static_cast<int>(i / 2));
+    EXPECT_EQ(plan.shared_items[i].piece_count, 32);
+    EXPECT_EQ(plan.shared_items[i].column, 0);
+  }
+  const int split_of_item[] = {0, 0, 1, 1}, tile_of_item[] = {0, 1, 0, 1};  // split-major
+  for (int j = 0; j < 4; ++j) {
+    const PlanItem& it = plan.shared_items[10 + static_cast<std::size_t>(j)];
+    EXPECT_EQ(it.kv_head, 5);
+    EXPECT_EQ(it.column, split_of_item[j]);
+    EXPECT_EQ(it.piece_count, 16);
+    EXPECT_EQ(it.row_begin, plan.shared_items[0].row_begin + 64 * tile_of_item[j]);
+  }
+  for (const PlanItem& it : plan.suffix_items) {
+    const PlanMergeGroup& g = plan.groups[it.group];
+    EXPECT_EQ(it.column, it.kv_head == 5 ? 2 : 1);
+    EXPECT_EQ(g.columns, it.kv_head == 5 ? 3 : 2);
+  }
+  EXPECT_EQ(plan.max_columns, 3);
+  check_coverage(layout, plan);
+  // Off for several stacked segments, for plans not split for full tiles, and with one kv head.
+  options.shared_full_tile_slots = 0;
+  EXPECT_EQ(build_attention_plan(layout, options).shared_items.size(), build_attention_plan(layout, [&] {
+              PlanOptions o = options;
+              o.shared_head_splits = false;
+              return o;
+            }()).shared_items.size());
 }
 
 // PlanOptions::shared_min_split_tokens: 32 sequences of Llama-3-8B's shape (8 kv heads x 128

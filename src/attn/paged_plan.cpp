@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <functional>
 
 #include "hydragen/error.h"
 
@@ -80,7 +81,62 @@ int splits_for(std::int64_t tokens, std::int64_t base_items, int slots,
   return static_cast<int>(best);
 }
 
+// Heads [0, bulk) split k_bulk ways, the rest k_tail ways.
+struct HeadSplits {
+  int bulk, k_bulk, k_tail;
+};
+
+// shared_head_splits' cost (paged_plan.h): the busiest block's items in closed form.
+double head_splits_cost(const HeadSplits& h, int heads, std::int64_t tiles, std::int64_t pieces,
+                        std::int64_t rows_per_head, int slots) {
+  auto item_blocks = [&](int k) { return double(ceil_div(ceil_div(pieces, k), 2)) + kHeadSplitItemOverheadBlocks; };
+  const std::int64_t bulk_items = std::int64_t{h.bulk} * tiles * h.k_bulk;
+  const std::int64_t tail_items = std::int64_t{heads - h.bulk} * tiles * h.k_tail;
+  const double w_bulk = item_blocks(h.k_bulk), w_tail = item_blocks(h.k_tail);
+  const std::int64_t q_bulk = bulk_items / slots, r_bulk = bulk_items % slots;
+  const std::int64_t q_tail = tail_items / slots, r_tail = tail_items % slots;
+  // Block c runs q_bulk bulk items, one more for c < r_bulk, and q_tail tail items, one more
+  // for c in the cyclic range [r_bulk, r_bulk + r_tail): both extras where that range wraps.
+  double extra = std::max(r_bulk > 0 ? w_bulk : 0.0, r_tail > 0 ? w_tail : 0.0);
+  if (r_bulk > 0 && r_bulk + r_tail > slots) extra = w_bulk + w_tail;
+  const double busiest = double(q_bulk) * w_bulk + double(q_tail) * w_tail + extra;
+  const double columns = double(h.bulk) * h.k_bulk + double(heads - h.bulk) * h.k_tail;
+  return busiest + kHeadSplitBlocksPerColumnRow * columns * double(rows_per_head);
+}
+
 }  // namespace
+
+// The full-tile kernel's block c takes items c, c + slots, ... of the plan's (kv head, tile,
+// split) order, so with one split count everywhere the last round can leave blocks idle: 40/40
+// at B=1024 has 320 tiles of 16K keys; 2 splits = 640 items = 4.85 rounds, so 112 blocks run 5
+// items of 64 blocks (of 128 keys) and 20 run 4. Whole tiles for the first 33 heads (264 items:
+// 2 rounds of 128 blocks) and 7 splits for the other 7 (392 items of ~18.3 blocks: 3 rounds)
+// give every block 2 x 128 + <= 3 x 18.3 = 311 instead of 320. The tiles of one head keep one
+// split count, so the blocks that read a head's keys at the same time still share them in L2
+// (MHA tiles would be DRAM-bound without that reuse); the bulk heads fill whole rounds, so
+// every block starts the tail together, and the tail's items go out split-major (kv head,
+// split, tile), so the tiles of a (head, split) run side by side. Searched: heads [0, bulk) at
+// k_bulk <= 4 splits, the rest at k_tail in (k_bulk, kMostHeadSplits], items of >= 2 pieces;
+// taken when the cost model (paged_plan.h) is >= 2% under the uniform split's.
+std::vector<int> shared_head_splits(int heads, std::int64_t tiles, std::int64_t pieces, std::int64_t rows_per_head,
+                                    int slots, int uniform) {
+  std::vector<int> splits(static_cast<std::size_t>(std::max(heads, 0)), uniform);
+  if (heads < 2 || tiles <= 0 || pieces <= 0 || slots <= 0 || uniform < 1) return splits;
+  const int most = static_cast<int>(std::min<std::int64_t>(kMostHeadSplits, std::max<std::int64_t>(1, pieces / 2)));
+  const double base = head_splits_cost({heads, uniform, uniform}, heads, tiles, pieces, rows_per_head, slots);
+  HeadSplits best{heads, uniform, uniform};
+  double best_cost = base;
+  for (int k_bulk = 1; k_bulk <= std::min(most, 4); ++k_bulk)
+    for (int k_tail = k_bulk + 1; k_tail <= most; ++k_tail)
+      for (int bulk = 1; bulk < heads; ++bulk) {
+        if (std::int64_t{bulk} * tiles * k_bulk % slots != 0) continue;  // whole rounds of bulk items
+        const double cost = head_splits_cost({bulk, k_bulk, k_tail}, heads, tiles, pieces, rows_per_head, slots);
+        if (cost < best_cost) best_cost = cost, best = {bulk, k_bulk, k_tail};
+      }
+  if (best_cost > 0.98 * base) return splits;
+  for (int kh = 0; kh < heads; ++kh) splits[static_cast<std::size_t>(kh)] = kh < best.bulk ? best.k_bulk : best.k_tail;
+  return splits;
+}
 
 bool one_row_suffix_items(std::int64_t sequences, int kv_heads, int groups, bool one_token_each,
                           std::int64_t own_keys, std::int64_t suffix_slots) {
@@ -252,19 +308,42 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
                           ? splits_past_one_wave(layout.segments[i].tokens)
                           : splits_for(layout.segments[i].tokens, shared_base_items, static_cast<int>(shared_slots),
                                        shortest_shared_split(layout.segments[i].tokens));
+  // Splits per (segment, kv head): the segment's, or by head where PlanOptions::
+  // shared_head_splits balances the full-tile kernel's rounds (one stacked segment only: with
+  // several, their items share the rounds and the model above does not hold).
+  std::vector<int> head_splits(static_cast<std::size_t>(num_segments) * hkv, 0);
+  bool by_head_splits = false;  // (then the shared items go out split-major)
+  for (int i = 0; i < num_segments; ++i)
+    std::fill_n(head_splits.begin() + std::int64_t{i} * hkv, hkv, seg_splits[i]);
+  if (options.shared_head_splits && plan.shared_full_tiles && hkv > 1 &&
+      std::count(stacked.begin(), stacked.end(), 1) == 1) {
+    const int i = static_cast<int>(std::find(stacked.begin(), stacked.end(), 1) - stacked.begin());
+    const std::vector<int> by_head =
+        shared_head_splits(hkv, ceil_div(rows_below[i], options.shared_tile_rows),
+                           ceil_div(layout.segments[i].tokens, kBlockTokens), rows_below[i],
+                           static_cast<int>(shared_slots), seg_splits[i]);
+    std::copy(by_head.begin(), by_head.end(), head_splits.begin() + std::int64_t{i} * hkv);
+    by_head_splits = std::adjacent_find(by_head.begin(), by_head.end(), std::not_equal_to<>()) != by_head.end();
+  }
+  auto splits_of = [&](int segment, int kv_head) { return head_splits[std::size_t(segment) * hkv + kv_head]; };
 
-  // Per sequence: shared columns, own keys, suffix splits, partial-state region.
-  std::vector<int> shared_columns(num_sequences, 0), own_splits(num_sequences, 1), columns(num_sequences);
+  // Per sequence: shared columns (per kv head: the heads of a segment may split differently),
+  // own keys, suffix splits, partial-state region (its widest head's columns).
+  std::vector<int> shared_columns(static_cast<std::size_t>(num_sequences) * hkv, 0);
+  std::vector<int> own_splits(num_sequences, 1), columns(num_sequences);
   std::vector<std::int64_t> own_tokens(num_sequences, 0), state_base(num_sequences), query_offset(num_sequences);
   std::vector<std::int64_t> context(num_sequences, 0);
-  std::vector<int> seg_column(num_segments, 0);
+  std::vector<int> seg_column(static_cast<std::size_t>(num_segments) * hkv, 0);
   for (int s = 0; s < num_sequences; ++s) {
     const auto& seq = layout.sequences[s];
+    int* shared = shared_columns.data() + std::int64_t{s} * hkv;
     for (int p : path[s]) {
       context[s] += layout.segments[p].tokens;
       if (stacked[p]) {
-        seg_column[p] = shared_columns[s];  // the same for every sequence below p
-        shared_columns[s] += seg_splits[p];
+        for (int kh = 0; kh < hkv; ++kh) {
+          seg_column[std::size_t(p) * hkv + kh] = shared[kh];  // the same for every sequence below p
+          shared[kh] += splits_of(p, kh);
+        }
       } else {
         own_tokens[s] += layout.segments[p].tokens;
       }
@@ -283,7 +362,8 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
     const auto& seq = layout.sequences[s];
     own_splits[s] = splits_for(own_tokens[s], suffix_base_items, options.suffix_slots,
                                options.suffix_min_split_tokens);
-    columns[s] = shared_columns[s] + own_splits[s];
+    const int* shared = shared_columns.data() + std::int64_t{s} * hkv;
+    columns[s] = *std::max_element(shared, shared + hkv) + own_splits[s];
     plan.max_columns = std::max(plan.max_columns, columns[s]);
     state_base[s] = plan.state_entries;
     plan.state_entries += std::int64_t{columns[s]} * seq.query_tokens * hq;
@@ -299,7 +379,7 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
       if (!stacked[i]) continue;
       rows += rows_below[i];
       pieces += ceil_div(layout.segments[i].tokens, kBlockTokens);
-      shared_items += std::int64_t{hkv} * ceil_div(rows_below[i], options.shared_tile_rows) * seg_splits[i];
+      for (int kh = 0; kh < hkv; ++kh) shared_items += ceil_div(rows_below[i], options.shared_tile_rows) * splits_of(i, kh);
     }
     for (int s = 0; s < num_sequences; ++s) {
       const std::int64_t tiles = suffix_tiles(s);
@@ -325,22 +405,34 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
                              seq.query_tokens * hq, static_cast<std::int32_t>(state_base[s] + std::int64_t{t} * hq)});
       }
   };
-  // Emits items for (kv head, row tile, split) over the pieces [piece_begin, +piece_count).
+  // Emits items for (kv head, row tile, split) over the pieces [piece_begin, +piece_count): kv
+  // head kh's tiles split splits(kh) ways into columns first_column(kh) + split; with merge, a
+  // merge group per tile whose rows have group_columns(kh) columns. Tile-major within a head
+  // (a tile's splits one after another), or split-major (no merge groups: by head splits).
   auto emit_items = [&](std::vector<PlanItem>& items, int row_begin, std::int64_t row_count, int tile_rows,
-                        int piece_begin, int piece_count, int splits, int first_column, bool merge) {
+                        int piece_begin, int piece_count, auto splits_for_head, auto first_column_for_head, bool merge,
+                        auto group_columns, bool split_major) {
     const std::int64_t tiles = ceil_div(row_count, tile_rows);
-    for (int kh = 0; kh < hkv; ++kh)
-      for (std::int64_t tile = 0; tile < tiles; ++tile) {
+    for (int kh = 0; kh < hkv; ++kh) {
+      const int splits = splits_for_head(kh), first_column = first_column_for_head(kh);
+      auto push = [&](std::int64_t tile, int sp, int group) {
         const int rows = static_cast<int>(std::min<std::int64_t>(tile_rows, row_count - tile * tile_rows));
-        const int group = merge ? static_cast<int>(plan.groups.size()) : -1;
-        if (merge) plan.groups.push_back({splits, 0});
-        for (int sp = 0; sp < splits; ++sp) {
-          const int b = splits == 1 ? 0 : static_cast<int>(std::int64_t{piece_count} * sp / splits);
-          const int e = splits == 1 ? piece_count : static_cast<int>(std::int64_t{piece_count} * (sp + 1) / splits);
-          items.push_back({kh, piece_begin + b, e - b, row_begin + static_cast<int>(tile) * tile_rows, rows,
-                           first_column + sp, group});
-        }
+        const int b = splits == 1 ? 0 : static_cast<int>(std::int64_t{piece_count} * sp / splits);
+        const int e = splits == 1 ? piece_count : static_cast<int>(std::int64_t{piece_count} * (sp + 1) / splits);
+        items.push_back({kh, piece_begin + b, e - b, row_begin + static_cast<int>(tile) * tile_rows, rows,
+                         first_column + sp, group});
+      };
+      if (split_major && !merge) {
+        for (int sp = 0; sp < splits; ++sp)
+          for (std::int64_t tile = 0; tile < tiles; ++tile) push(tile, sp, -1);
+        continue;
       }
+      for (std::int64_t tile = 0; tile < tiles; ++tile) {
+        const int group = merge ? static_cast<int>(plan.groups.size()) : -1;
+        if (merge) plan.groups.push_back({splits, group_columns(kh)});
+        for (int sp = 0; sp < splits; ++sp) push(tile, sp, group);
+      }
+    }
   };
 
   // Shared items: one stacked segment x its readers' rows.
@@ -352,8 +444,10 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
     const int piece_begin = static_cast<int>(plan.pieces.size());
     const auto& seg = layout.segments[i];
     const int count = append_pieces(plan.pieces, seg_page_offset[i], seg.tokens, seg_position[i], seg.first_slot);
-    emit_items(plan.shared_items, row_begin, rows_below[i], options.shared_tile_rows, piece_begin, count, seg_splits[i],
-               seg_column[i], false);
+    emit_items(
+        plan.shared_items, row_begin, rows_below[i], options.shared_tile_rows, piece_begin, count,
+        [&](int kh) { return splits_of(i, kh); }, [&](int kh) { return seg_column[std::size_t(i) * hkv + kh]; }, false,
+        [](int) { return 0; }, by_head_splits);
   }
   // Suffix items: one sequence's folded segments and suffix x its own rows.
   for (int s = 0; s < num_sequences; ++s) {
@@ -368,10 +462,11 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
                                layout.segments[p].first_slot);
     count += append_pieces(plan.pieces, seq_page_offset[s], seq.suffix_tokens, context[s] - seq.suffix_tokens,
                            seq.first_slot);
-    const std::size_t first_group = plan.groups.size();
-    emit_items(plan.suffix_items, row_begin, std::int64_t{seq.query_tokens} * groups, suffix_rows, piece_begin,
-               count, own_splits[s], shared_columns[s], true);
-    for (std::size_t g = first_group; g < plan.groups.size(); ++g) plan.groups[g].columns = columns[s];
+    const int* shared = shared_columns.data() + std::int64_t{s} * hkv;
+    emit_items(
+        plan.suffix_items, row_begin, std::int64_t{seq.query_tokens} * groups, suffix_rows, piece_begin, count,
+        [&](int) { return own_splits[s]; }, [&](int kh) { return shared[kh]; }, true,
+        [&](int kh) { return shared[kh] + own_splits[s]; }, false);
   }
   return plan;
 }

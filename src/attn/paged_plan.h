@@ -178,7 +178,33 @@ struct PlanOptions {
   // build_attention_plan). Off by default; the CUDA backend turns it on with its wgmma shared
   // kernel (plan_options_for_device).
   bool shared_split_past_one_wave = false;
+  // A full-tile plan (AttentionPlan::shared_full_tiles) with one stacked segment and several kv
+  // heads may split that segment's heads differently: the first heads whole or split few ways,
+  // the rest split finer, so that the full-tile kernel's last rounds of items (item i runs on
+  // block i % shared_full_tile_slots) are as full as its first (see shared_head_splits in
+  // paged_plan.cpp). A head's columns then differ from another's; each merge group reads its
+  // own. Off by default; the CUDA backend turns it on with its full-tile kernel.
+  bool shared_head_splits = false;
 };
+
+// shared_head_splits' cost model, in 128-key blocks of one SM (the full-tile kernel's step: a
+// 128-row tile against two pieces; ~1.8 us on the H200 at 40/40 B=1024 16K, 0.58 ms / 320):
+// the busiest block's items, each its blocks (ceil(pieces / 2)) plus
+// kHeadSplitItemOverheadBlocks (its Q load, its partial state's write, the pipeline turning
+// over), plus the merge columns' traffic: a row's column is ~1 KB written by the shared launch
+// and read by the suffix launch, at the whole GPU's ~4 TB/s against 1.8 us per block =
+// kHeadSplitBlocksPerColumnRow per (row, column).
+inline constexpr double kHeadSplitItemOverheadBlocks = 1.0;
+inline constexpr double kHeadSplitBlocksPerColumnRow = 1.4e-4;
+inline constexpr int kMostHeadSplits = 8;
+
+// Splits per kv head of one stacked segment in a full-tile plan (PlanOptions::
+// shared_head_splits): `heads` kv heads of `tiles` row tiles each over `pieces` pieces, on
+// `slots` blocks that take items i, i + slots, ... in (kv head, tile, split) order, against
+// `uniform` splits for every head. Returns one split count per head (all `uniform` where
+// nothing is >= 2% better); rows_per_head weighs the merge columns. Exposed for its tests.
+std::vector<int> shared_head_splits(int heads, std::int64_t tiles, std::int64_t pieces, std::int64_t rows_per_head,
+                                    int slots, int uniform);
 
 // The rule of kSuffixTileRowsByRule for a plan's suffix launch: `sequences` decoding one query
 // token each (false for any other plan) under `kv_heads` x `groups` query heads, `own_keys`
