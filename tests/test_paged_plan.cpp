@@ -178,8 +178,9 @@ TEST(PagedPlan, SplitsSharedWorkPastOneWaveWhenAsked) {
 // heads' items, then the tail's), over shapes from 2 to 40 kv heads and 4 to 132 slots. The
 // result is the uniform split or a bulk of whole rounds + a finer tail, >= 2% cheaper than
 // uniform, and no candidate of the search is cheaper under the simulation. Then the shapes it
-// was written for: 40/40 at B=1024 (33 heads whole, 7 split 2) and B=256 (33 split 2, 7 split
-// 8); 32/8 at B=1024 (one head per 32 tiles: nothing to balance) unchanged.
+// was written for: 40/40 at B=1024 (33 heads whole, the other 7 split 7 ways at 16K, 2 ways at
+// 2K) and B=256 (33 split 2, 7 split 8); 32/8 at B=1024 (one head per 32 tiles: nothing to
+// balance) and one kv head unchanged.
 TEST(PagedPlan, HeadSplitsFillTheFullTileKernelsRounds) {
   auto simulated = [](const std::vector<int>& splits, std::int64_t tiles, std::int64_t pieces,
                       std::int64_t rows_per_head, int slots) {
@@ -243,7 +244,8 @@ TEST(PagedPlan, HeadSplitsFillTheFullTileKernelsRounds) {
     return out;
   };
   using Runs = std::vector<std::pair<int, int>>;
-  EXPECT_EQ(runs(shared_head_splits(40, 8, 256, 1024, 132, 2)), (Runs{{33, 1}, {7, 2}}));
+  EXPECT_EQ(runs(shared_head_splits(40, 8, 256, 1024, 132, 2)), (Runs{{33, 1}, {7, 7}}));
+  EXPECT_EQ(runs(shared_head_splits(40, 8, 32, 1024, 132, 2)), (Runs{{33, 1}, {7, 2}}));
   EXPECT_EQ(runs(shared_head_splits(40, 2, 256, 256, 132, 3)), (Runs{{33, 2}, {7, 8}}));
   EXPECT_EQ(runs(shared_head_splits(8, 32, 256, 4096, 132, 1)), (Runs{{8, 1}}));
   EXPECT_EQ(runs(shared_head_splits(1, 8, 256, 1024, 132, 2)), (Runs{{1, 2}}));

@@ -111,7 +111,8 @@ double head_splits_cost(const HeadSplits& h, int heads, std::int64_t tiles, std:
 // at B=1024 has 320 tiles of 16K keys; 2 splits = 640 items = 4.85 rounds, so 112 blocks run 5
 // items of 64 blocks (of 128 keys) and 20 run 4. Whole tiles for the first 33 heads (264 items:
 // 2 rounds of 128 blocks) and 7 splits for the other 7 (392 items of ~18.3 blocks: 3 rounds)
-// give every block 2 x 128 + <= 3 x 18.3 = 311 instead of 320. The tiles of one head keep one
+// give every block 2 x 128 + <= 3 x 18.3 = 311 instead of 320, and 33 of 40 heads' rows one
+// merge column instead of two. The tiles of one head keep one
 // split count, so the blocks that read a head's keys at the same time still share them in L2
 // (MHA tiles would be DRAM-bound without that reuse); the bulk heads fill whole rounds, so
 // every block starts the tail together, and the tail's items go out split-major (kv head,

@@ -183,7 +183,9 @@ struct PlanOptions {
   // the rest split finer, so that the full-tile kernel's last rounds of items (item i runs on
   // block i % shared_full_tile_slots) are as full as its first (see shared_head_splits in
   // paged_plan.cpp). A head's columns then differ from another's; each merge group reads its
-  // own. Off by default; the CUDA backend turns it on with its full-tile kernel.
+  // own. Off by default; the CUDA backend turns it on with its full-tile kernel (H200, 40/40
+  // attention at B=256-1024, prefix 1K-32K: 0.76-1.01x the time; codellama-13b B=1024 step
+  // 0.978x at 2K, 0.985x at 16K; docs/perf-notes.md v19).
   bool shared_head_splits = false;
 };
 
@@ -192,10 +194,12 @@ struct PlanOptions {
 // the busiest block's items, each its blocks (ceil(pieces / 2)) plus
 // kHeadSplitItemOverheadBlocks (its Q load, its partial state's write, the pipeline turning
 // over), plus the merge columns' traffic: a row's column is ~1 KB written by the shared launch
-// and read by the suffix launch, at the whole GPU's ~4 TB/s against 1.8 us per block =
-// kHeadSplitBlocksPerColumnRow per (row, column).
+// and read by the suffix launch, kHeadSplitBlocksPerColumnRow per (row, column). Estimated at
+// 1.4e-4 (1 KB at the whole GPU's 4 TB/s against 1.8 us per block); measured 0.8e-4 (H200,
+// session 9: 33 x 1024 row-columns fewer at 40/40 B=1024 16K suffix 1 took the suffix launch
+// 4.7 us shorter, against 8.5 estimated: part of the states is still in L2 when merged).
 inline constexpr double kHeadSplitItemOverheadBlocks = 1.0;
-inline constexpr double kHeadSplitBlocksPerColumnRow = 1.4e-4;
+inline constexpr double kHeadSplitBlocksPerColumnRow = 0.8e-4;
 inline constexpr int kMostHeadSplits = 8;
 
 // Splits per kv head of one stacked segment in a full-tile plan (PlanOptions::

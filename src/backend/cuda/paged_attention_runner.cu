@@ -346,9 +346,9 @@ attn::PlanOptions plan_options_for_device(DType dtype, int head_dim, AttentionMo
     HG_CHECK(options.suffix_min_split_tokens >= 1, "HYDRAGEN_SUFFIX_MIN_SPLIT=", env, ": must be a positive token count");
   }
   // Splits by kv head for the full-tile kernel's rounds (PlanOptions::shared_head_splits;
-  // docs/perf-notes.md v19): opt-in HYDRAGEN_SHARED_HEAD_SPLITS=1 until measured.
-  if (const char* env = std::getenv("HYDRAGEN_SHARED_HEAD_SPLITS"))
-    options.shared_head_splits = std::atoi(env) != 0 && options.shared_full_tile_slots > 0;
+  // docs/perf-notes.md v19); HYDRAGEN_SHARED_HEAD_SPLITS=0 turns them off.
+  const char* head_splits = std::getenv("HYDRAGEN_SHARED_HEAD_SPLITS");
+  options.shared_head_splits = options.shared_full_tile_slots > 0 && (head_splits == nullptr || std::atoi(head_splits) != 0);
   // A/B of the fold estimated at the rule's rows (PlanOptions::fold_at_rule_rows; e9).
   if (const char* env = std::getenv("HYDRAGEN_FOLD_AT_RULE_ROWS")) options.fold_at_rule_rows = std::atoi(env) != 0;
   if (const char* env = std::getenv("HYDRAGEN_SUFFIX_TILE_ROWS")) {
