@@ -289,15 +289,15 @@ TEST(CudaAttention, HeadSplitPlansMatchReference) {
 #ifdef HYDRAGEN_WITH_CUDA
   Rng rng;
   SCOPED_TRACE(rng.trace());
-  for (int trial = 0; trial < 6; ++trial) {
+  for (int trial = 0; trial < 4; ++trial) {  // (in the sanitizers' reduced set: kept small)
     testing::PagedShape shape;
     shape.page_size = trial % 2 ? 16 : 64;
     shape.head_dim = 128;
-    shape.kv_heads = trial % 3 == 2 ? 3 : 6;
+    shape.kv_heads = trial >= 2 ? 3 : 6;
     shape.groups = shape.kv_heads == 3 ? 4 : 1;
     shape.batch = shape.kv_heads == 3 ? 64 : 256;  // 256 rows per kv head: two full tiles
     shape.segment_lengths = {2048};
-    shape.max_query_tokens = trial % 3 == 1 ? 3 : 1;
+    shape.max_query_tokens = trial % 2 ? 3 : 1;
     shape.round_to_bf16 = true;
     const testing::PagedCase c = testing::random_paged_case(shape, rng);
     // The full-tile slots: the fewest from 3 up whose plan splits the heads differently (the
