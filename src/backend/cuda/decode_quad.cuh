@@ -44,10 +44,7 @@ struct QuadShape {
   static constexpr int kGranules = D / 16;        // a lane's 4-dim granules (see quad_dim)
   static constexpr int kBlockKeys = KB;
   static constexpr int kMinBlocks = KB == 1 ? 4 : 2;  // resident blocks per SM (__launch_bounds__)
-  // Columns whose lse is loaded before the keys; the rest after them, one round trip each.
-  // 8: splits by kv head (attn::shared_head_splits) give 40/40 B=1024 16K's tail heads 7
-  // shared columns + their own (4 before: 120 -> 124 registers, within 4 blocks per SM).
-  static constexpr int kEarlyColumns = 8;
+  static constexpr int kEarlyColumns = 4;         // columns whose lse is loaded before the keys
   static_assert(D == 64 || D == 128);
   static_assert(KB == 1 || KB == 4);
 };
