@@ -766,15 +766,14 @@ TEST(CudaAttention, GraphReplayFollowsTheUploadedPlan) {
   args.q = q.raw(), args.k_pool = k_pool.raw(), args.v_pool = v_pool.raw(), args.out = out.raw();
   args.out_lse = out_lse.data<float>(), args.page_size = page;
 
-  // Synchronous uploads without PDL (HYDRAGEN_PDL=0: plain edges); then (HYDRAGEN_ASYNC_UPLOAD=1)
-  // uploads on a non-blocking stream that the replay sees only through that stream's order,
-  // twice over the same pinned staging, with the default (on sm_90+ the captured suffix launch
-  // a programmatic dependent of the shared launch: a programmatic edge in the graph); then
-  // synchronous uploads under HYDRAGEN_PDL=1 (dependents outside graphs too).
+  // Synchronous uploads; then (HYDRAGEN_ASYNC_UPLOAD=1) uploads on a non-blocking stream that
+  // the replay sees only through that stream's order, twice over the same pinned staging; then
+  // synchronous uploads with the suffix launch a programmatic dependent of the shared launch
+  // (HYDRAGEN_PDL=1: a programmatic edge in the captured graph).
   for (const int config : {0, 1, 2}) {
     const bool async = config == 1;
     const ScopedEnv env("HYDRAGEN_ASYNC_UPLOAD", async ? "1" : nullptr);
-    const ScopedEnv pdl_env("HYDRAGEN_PDL", config == 0 ? "0" : config == 2 ? "1" : nullptr);
+    const ScopedEnv pdl_env("HYDRAGEN_PDL", config == 2 ? "1" : nullptr);
     cuda::PagedAttentionRunner runner(DType::bf16, d, hq, 1,
                                       cuda::PlanCapacity::of(plans[0]).max(cuda::PlanCapacity::of(plans[1])),
                                       plan_options.shared_tile_rows);

@@ -45,8 +45,8 @@ __device__ __forceinline__ int pool_slot(const PagedAttentionParams& p, const at
 }
 
 // Programmatic dependent launch (sm_90; no-ops elsewhere and under a plain launch). The
-// runner launches the suffix kernel as a dependent of the shared launch in captured graphs
-// (HYDRAGEN_PDL=0/1: never / also eager; docs/perf-notes.md v15): the shared kernels let it start as soon as each of their blocks
+// runner may launch the suffix kernel as a dependent of the shared launch (HYDRAGEN_PDL=1,
+// docs/perf-notes.md v15): the shared kernels let it start as soon as each of their blocks
 // runs (allow_dependent_launch), so its blocks fill SMs that the shared grid's tail leaves idle
 // and run their prologue there; every suffix kernel calls wait_for_shared_launch before it
 // reads a partial state or writes anything, which returns once the shared grid has finished

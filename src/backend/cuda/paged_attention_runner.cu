@@ -388,9 +388,7 @@ struct PagedAttentionRunner::Impl {
   bool decode_narrow = false;  // set by upload: every suffix item has one row
   int decode_quad = 0;         // set by upload: quad_decode_keys
   int decode_quad_grid = 0;
-  // The suffix launch as the shared launch's programmatic dependent (sm_90+): never, in
-  // captured graphs only (the default), or always (HYDRAGEN_PDL=0 / unset / 1).
-  enum class Pdl { never, in_graphs, always } pdl = Pdl::never;
+  bool after_shared = false;   // HYDRAGEN_PDL=1 on sm_90+: the suffix launch is the shared launch's dependent
   std::int32_t* pages = nullptr;
   attn::PlanPiece* pieces = nullptr;
   attn::PlanRow* rows = nullptr;
@@ -434,19 +432,11 @@ PagedAttentionRunner::PagedAttentionRunner(DType dtype, int head_dim, int q_head
   m.state_o = device_array<float>(capacity.state_entries * head_dim);
   m.state_lse = device_array<float>(capacity.state_entries);
   HG_CUDA_CHECK(cudaMemset(m.counts, 0, 2 * sizeof(std::int32_t)));
-  {
-    // PDL (docs/perf-notes.md v15, session 9): in graphs the suffix kernel's blocks start on the
-    // SMs the shared grid leaves and do their K/V work before waiting for its states
-    // (llama-3-8b B=32/128 steps 0.980-0.996x); eager launches through cudaLaunchKernelEx
-    // cost more host time than that saves (the attention benchmark's 40/40 one-key points
-    // 1.10-1.26x), so by default only captured launches are dependents.
-    const char* env = std::getenv("HYDRAGEN_PDL");
-    HG_CHECK(env == nullptr || std::string(env) == "0" || std::string(env) == "1", "HYDRAGEN_PDL=", env,
-             ": expected 0 (never), 1 (always) or unset (in captured graphs)");
+  if (const char* env = std::getenv("HYDRAGEN_PDL"); env != nullptr && std::string(env) == "1") {
     int device = 0, major = 0;
     HG_CUDA_CHECK(cudaGetDevice(&device));
     HG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    if (major >= 9) m.pdl = env == nullptr ? Impl::Pdl::in_graphs : std::string(env) == "1" ? Impl::Pdl::always : Impl::Pdl::never;
+    m.after_shared = major >= 9;
   }
   if (const char* env = std::getenv("HYDRAGEN_ASYNC_UPLOAD"); env != nullptr && std::string(env) == "1") {
     auto bytes = [](std::int64_t n, std::size_t size) { return (std::max<std::int64_t>(n, 0) * size + 15) / 16 * 16; };
@@ -523,7 +513,7 @@ void PagedAttentionRunner::upload(const attn::AttentionPlan& plan, void* stream)
 
 int PagedAttentionRunner::launch_variant() const {
   return (impl_->suffix_decode ? 1 : 0) | (impl_->decode_narrow ? 2 : 0) | (impl_->shared_ws ? 4 : 0) |
-         (impl_->decode_quad != 0 ? 8 : 0) | (impl_->decode_quad == 1 ? 16 : 0) | (impl_->pdl == Impl::Pdl::always ? 32 : 0);
+         (impl_->decode_quad != 0 ? 8 : 0) | (impl_->decode_quad == 1 ? 16 : 0) | (impl_->after_shared ? 32 : 0);
 }
 
 void PagedAttentionRunner::poison_states() {
@@ -555,12 +545,7 @@ void PagedAttentionRunner::run(const PagedAttentionArgs& args, void* stream, boo
   }
   if (shared_only || m.suffix_grid == 0) return;
   p.items = m.suffix_items, p.item_count = m.counts + 1;
-  bool pdl = m.shared_grid > 0 && m.pdl == Impl::Pdl::always;
-  if (m.shared_grid > 0 && m.pdl == Impl::Pdl::in_graphs && st != nullptr) {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    HG_CUDA_CHECK(cudaStreamIsCapturing(st, &capture));
-    pdl = capture == cudaStreamCaptureStatusActive;
-  }
+  const bool pdl = m.after_shared && m.shared_grid > 0;
   if (m.decode_quad != 0)
     (m.decode_quad == 1 ? m.kernels.decode_quad1 : m.kernels.decode_quad4)(p, m.decode_quad_grid, st, pdl);
   else if (m.suffix_decode)

@@ -103,17 +103,13 @@ class PagedAttentionRunner {
   // through pinned staging with asynchronous copies on `stream` (a cudaStream_t), which a
   // run() on the same stream sees; the next upload waits for those copies before reusing it.
   void upload(const attn::AttentionPlan& plan, void* stream = nullptr);
-  // Enqueues the step on `stream` (a cudaStream_t; nullptr = the legacy stream). Under stream
-  // capture on sm_90+ the suffix launch is a programmatic dependent of the shared launch
-  // (HYDRAGEN_PDL=0 never, =1 also outside graphs).
+  // Enqueues the step on `stream` (a cudaStream_t; nullptr = the legacy stream).
   // shared_only: the shared-segment kernel alone (benchmarks time it by itself).
   void run(const PagedAttentionArgs& args, void* stream = nullptr, bool shared_only = false) const;
   // Which kernels run() launches for the last uploaded plan (the suffix kernel and its width
   // are chosen per plan): a CUDA graph captured under one variant replays that variant.
   // Bits: 1 decode kernel (else mma), 2 its narrow build, 4 the TMA shared kernel, 8 a quad
-  // decode build, 16 its one-key build, 32 the suffix launch always a dependent of the shared
-  // one (PDL, HYDRAGEN_PDL=1; by default only launches captured into a graph are, whatever
-  // the variant, since a graph of this runner is always captured).
+  // decode build, 16 its one-key build, 32 the suffix launch a dependent of the shared one (PDL).
   int launch_variant() const;
   // Fills the partial-state buffers with NaN (tests: every read entry must be written).
   void poison_states();
