@@ -10,8 +10,10 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "attention_test_util.h"
@@ -202,6 +204,27 @@ inline PagedCase random_paged_case(const PagedShape& shape, Rng& rng) {
   for (int t : query_tokens) rows += t;
   c.q = rounded(random_tensor({rows, std::int64_t{hkv} * shape.groups, d}, DType::f32, rng));
   return c;
+}
+
+// A plan of `layout` whose stacked segment's kv heads are split differently
+// (PlanOptions::shared_head_splits, forced on): the fewest full-tile slots from 3 up for which
+// the heads' item counts differ (the rows, and so the tiles, depend on the drawn query tokens).
+// `differ` says whether one was found by 16 slots.
+inline attn::AttentionPlan head_split_plan(const attn::PagedLayout& layout, attn::PlanOptions options, bool& differ) {
+  options.shared_split_past_one_wave = true, options.shared_head_splits = true;
+  options.fold_when_stacking_saves_little = false;
+  attn::AttentionPlan plan;
+  differ = false;
+  for (int slots = 3; slots <= 16 && !differ; ++slots) {
+    options.shared_full_tile_slots = slots;
+    plan = attn::build_attention_plan(layout, options);
+    std::map<int, int> items_of_head;
+    for (const auto& it : plan.shared_items) ++items_of_head[it.kv_head];
+    std::set<int> counts;
+    for (const auto& [head, n] : items_of_head) counts.insert(n);
+    differ = counts.size() > 1;
+  }
+  return plan;
 }
 
 // B sequences under one segment of `prefix` tokens, `suffix` own tokens each (one query row),
