@@ -1,8 +1,9 @@
 // config.json parsing for every supported family, the presets, and the errors for what is
 // not supported.
-#include <gtest/gtest.h>
 #include <gmock/gmock.h>
+#include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 
 #include "hydragen/error.h"
@@ -180,6 +181,22 @@ TEST(ModelPresets, AllLoadWithTheirRealSizes) {
   EXPECT_EQ(load_preset("codellama-7b").rope.theta, 1e6);
   EXPECT_EQ(load_preset("yi-6b-200k").max_position_embeddings, 200000);
   EXPECT_LT(load_preset("tiny").parameter_count() * 4, 16 << 20);  // a few MB
+}
+
+// A binary copied away from its source tree finds presets/ beside it or a level or two up
+// (a bundle's build/ next to presets/), and share/hydragen/presets of an install prefix; the
+// source tree comes last.
+TEST(ModelPresets, CandidatesNextToTheExecutableComeFirst) {
+  const std::filesystem::path exe = "/opt/x/build/bin/hydragen";
+  const std::vector<std::filesystem::path> got = preset_dir_candidates(exe);
+  ASSERT_EQ(got.size(), 5u);
+  EXPECT_EQ(got[0], std::filesystem::path("/opt/x/build/bin/presets"));
+  EXPECT_EQ(got[1], std::filesystem::path("/opt/x/build/presets"));
+  EXPECT_EQ(got[2], std::filesystem::path("/opt/x/presets"));
+  EXPECT_EQ(got[3], std::filesystem::path("/opt/x/build/share/hydragen/presets"));
+  EXPECT_TRUE(std::filesystem::is_regular_file(got[4] / "tiny.json")) << got[4];  // the source tree's
+  // This test binary (build/tests/hydragen_tests) finds the tree's presets either way.
+  EXPECT_TRUE(std::filesystem::is_regular_file(preset_dir() / "tiny.json")) << preset_dir();
 }
 
 TEST(ModelPresets, UnknownNameListsTheKnownOnes) {

@@ -7,10 +7,22 @@
 
 namespace hydragen {
 
+std::vector<std::filesystem::path> preset_dir_candidates(const std::filesystem::path& executable) {
+  const std::filesystem::path bin = executable.parent_path();
+  // This file is src/model/presets.cpp; the presets live at the repository root.
+  const std::filesystem::path source = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
+  return {bin / "presets", bin.parent_path() / "presets", bin.parent_path().parent_path() / "presets",
+          bin.parent_path() / "share" / "hydragen" / "presets", source / "presets"};
+}
+
 std::filesystem::path preset_dir() {
   if (const char* dir = std::getenv("HYDRAGEN_PRESET_DIR"); dir != nullptr && *dir != '\0') return dir;
-  // This file is src/model/presets.cpp; the presets live at the repository root.
-  return std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() / "presets";
+  std::error_code error;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  const std::vector<std::filesystem::path> candidates = preset_dir_candidates(error ? std::filesystem::path{} : self);
+  for (const std::filesystem::path& dir : candidates)
+    if (std::filesystem::is_regular_file(dir / "tiny.json", error)) return dir;
+  return candidates.back();
 }
 
 std::vector<std::string> preset_names() {
