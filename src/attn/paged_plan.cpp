@@ -328,21 +328,23 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
   }
   auto splits_of = [&](int segment, int kv_head) { return head_splits[std::size_t(segment) * hkv + kv_head]; };
 
-  // Per sequence: shared columns (per kv head: the heads of a segment may split differently),
-  // own keys, suffix splits, partial-state region (its widest head's columns).
-  std::vector<int> shared_columns(static_cast<std::size_t>(num_sequences) * hkv, 0);
+  // Per sequence: shared columns (per kv head where the heads of a segment split differently,
+  // else one count for all: head_stride), own keys, suffix splits, partial-state region (its
+  // widest head's columns).
+  const int head_stride = by_head_splits ? hkv : 1;
+  std::vector<int> shared_columns(static_cast<std::size_t>(num_sequences) * head_stride, 0);
   std::vector<int> own_splits(num_sequences, 1), columns(num_sequences);
   std::vector<std::int64_t> own_tokens(num_sequences, 0), state_base(num_sequences), query_offset(num_sequences);
   std::vector<std::int64_t> context(num_sequences, 0);
-  std::vector<int> seg_column(static_cast<std::size_t>(num_segments) * hkv, 0);
+  std::vector<int> seg_column(static_cast<std::size_t>(num_segments) * head_stride, 0);
   for (int s = 0; s < num_sequences; ++s) {
     const auto& seq = layout.sequences[s];
-    int* shared = shared_columns.data() + std::int64_t{s} * hkv;
+    int* shared = shared_columns.data() + std::int64_t{s} * head_stride;
     for (int p : path[s]) {
       context[s] += layout.segments[p].tokens;
       if (stacked[p]) {
-        for (int kh = 0; kh < hkv; ++kh) {
-          seg_column[std::size_t(p) * hkv + kh] = shared[kh];  // the same for every sequence below p
+        for (int kh = 0; kh < head_stride; ++kh) {
+          seg_column[std::size_t(p) * head_stride + kh] = shared[kh];  // the same for every sequence below p
           shared[kh] += splits_of(p, kh);
         }
       } else {
@@ -363,8 +365,8 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
     const auto& seq = layout.sequences[s];
     own_splits[s] = splits_for(own_tokens[s], suffix_base_items, options.suffix_slots,
                                options.suffix_min_split_tokens);
-    const int* shared = shared_columns.data() + std::int64_t{s} * hkv;
-    columns[s] = *std::max_element(shared, shared + hkv) + own_splits[s];
+    const int* shared = shared_columns.data() + std::int64_t{s} * head_stride;
+    columns[s] = *std::max_element(shared, shared + head_stride) + own_splits[s];
     plan.max_columns = std::max(plan.max_columns, columns[s]);
     state_base[s] = plan.state_entries;
     plan.state_entries += std::int64_t{columns[s]} * seq.query_tokens * hq;
@@ -407,31 +409,32 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
       }
   };
   // Emits items for (kv head, row tile, split) over the pieces [piece_begin, +piece_count): kv
-  // head kh's tiles split splits(kh) ways into columns first_column(kh) + split; with merge, a
-  // merge group per tile whose rows have group_columns(kh) columns. Tile-major within a head
-  // (a tile's splits one after another), or split-major (no merge groups: by head splits).
+  // head kh's tiles split splits[kh * splits_stride] ways into columns first_column[kh *
+  // column_stride] + split (stride 0: the same for every head); with merge, a merge group per
+  // tile, whose rows' columns end with these. Tile-major within a head (a tile's splits one
+  // after another), or split-major (no merge groups: by head splits).
   auto emit_items = [&](std::vector<PlanItem>& items, int row_begin, std::int64_t row_count, int tile_rows,
-                        int piece_begin, int piece_count, auto splits_for_head, auto first_column_for_head, bool merge,
-                        auto group_columns, bool split_major) {
+                        int piece_begin, int piece_count, const int* splits_of_head, int splits_stride,
+                        const int* first_column_of_head, int column_stride, bool merge, bool split_major) {
     const std::int64_t tiles = ceil_div(row_count, tile_rows);
+    auto item = [&](int kh, std::int64_t tile, int sp, int splits, int first_column, int group) {
+      const int rows = static_cast<int>(std::min<std::int64_t>(tile_rows, row_count - tile * tile_rows));
+      const int b = splits == 1 ? 0 : static_cast<int>(std::int64_t{piece_count} * sp / splits);
+      const int e = splits == 1 ? piece_count : static_cast<int>(std::int64_t{piece_count} * (sp + 1) / splits);
+      return PlanItem{kh, piece_begin + b, e - b, row_begin + static_cast<int>(tile) * tile_rows, rows, first_column + sp,
+                      group};
+    };
     for (int kh = 0; kh < hkv; ++kh) {
-      const int splits = splits_for_head(kh), first_column = first_column_for_head(kh);
-      auto push = [&](std::int64_t tile, int sp, int group) {
-        const int rows = static_cast<int>(std::min<std::int64_t>(tile_rows, row_count - tile * tile_rows));
-        const int b = splits == 1 ? 0 : static_cast<int>(std::int64_t{piece_count} * sp / splits);
-        const int e = splits == 1 ? piece_count : static_cast<int>(std::int64_t{piece_count} * (sp + 1) / splits);
-        items.push_back({kh, piece_begin + b, e - b, row_begin + static_cast<int>(tile) * tile_rows, rows,
-                         first_column + sp, group});
-      };
+      const int splits = splits_of_head[kh * splits_stride], first_column = first_column_of_head[kh * column_stride];
       if (split_major && !merge) {
         for (int sp = 0; sp < splits; ++sp)
-          for (std::int64_t tile = 0; tile < tiles; ++tile) push(tile, sp, -1);
+          for (std::int64_t tile = 0; tile < tiles; ++tile) items.push_back(item(kh, tile, sp, splits, first_column, -1));
         continue;
       }
       for (std::int64_t tile = 0; tile < tiles; ++tile) {
         const int group = merge ? static_cast<int>(plan.groups.size()) : -1;
-        if (merge) plan.groups.push_back({splits, group_columns(kh)});
-        for (int sp = 0; sp < splits; ++sp) push(tile, sp, group);
+        if (merge) plan.groups.push_back({splits, first_column + splits});
+        for (int sp = 0; sp < splits; ++sp) items.push_back(item(kh, tile, sp, splits, first_column, group));
       }
     }
   };
@@ -445,10 +448,9 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
     const int piece_begin = static_cast<int>(plan.pieces.size());
     const auto& seg = layout.segments[i];
     const int count = append_pieces(plan.pieces, seg_page_offset[i], seg.tokens, seg_position[i], seg.first_slot);
-    emit_items(
-        plan.shared_items, row_begin, rows_below[i], options.shared_tile_rows, piece_begin, count,
-        [&](int kh) { return splits_of(i, kh); }, [&](int kh) { return seg_column[std::size_t(i) * hkv + kh]; }, false,
-        [](int) { return 0; }, by_head_splits);
+    emit_items(plan.shared_items, row_begin, rows_below[i], options.shared_tile_rows, piece_begin, count,
+               head_splits.data() + std::int64_t{i} * hkv, 1, seg_column.data() + std::int64_t{i} * head_stride,
+               head_stride > 1, false, by_head_splits);
   }
   // Suffix items: one sequence's folded segments and suffix x its own rows.
   for (int s = 0; s < num_sequences; ++s) {
@@ -463,11 +465,8 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
                                layout.segments[p].first_slot);
     count += append_pieces(plan.pieces, seq_page_offset[s], seq.suffix_tokens, context[s] - seq.suffix_tokens,
                            seq.first_slot);
-    const int* shared = shared_columns.data() + std::int64_t{s} * hkv;
-    emit_items(
-        plan.suffix_items, row_begin, std::int64_t{seq.query_tokens} * groups, suffix_rows, piece_begin, count,
-        [&](int) { return own_splits[s]; }, [&](int kh) { return shared[kh]; }, true,
-        [&](int kh) { return shared[kh] + own_splits[s]; }, false);
+    emit_items(plan.suffix_items, row_begin, std::int64_t{seq.query_tokens} * groups, suffix_rows, piece_begin, count,
+               &own_splits[s], 0, shared_columns.data() + std::int64_t{s} * head_stride, head_stride > 1, true, false);
   }
   return plan;
 }
