@@ -112,13 +112,13 @@ double head_splits_cost(const HeadSplits& h, int heads, std::int64_t tiles, std:
 // items of 64 blocks (of 128 keys) and 20 run 4. Whole tiles for the first 33 heads (264 items:
 // 2 rounds of 128 blocks) and 7 splits for the other 7 (392 items of ~18.3 blocks: 3 rounds)
 // give every block 2 x 128 + <= 3 x 18.3 = 311 instead of 320, and 33 of 40 heads' rows one
-// merge column instead of two. The tiles of one head keep one
-// split count, so the blocks that read a head's keys at the same time still share them in L2
-// (MHA tiles would be DRAM-bound without that reuse); the bulk heads fill whole rounds, so
-// every block starts the tail together, and the tail's items go out split-major (kv head,
-// split, tile), so the tiles of a (head, split) run side by side. Searched: heads [0, bulk) at
-// k_bulk <= 4 splits, the rest at k_tail in (k_bulk, kMostHeadSplits], items of >= 2 pieces;
-// taken when the cost model (paged_plan.h) is >= 2% under the uniform split's.
+// merge column instead of two. The tiles of one head keep one split count, so the blocks that
+// read a head's keys at the same time still share them in L2 (MHA tiles would be DRAM-bound
+// without that reuse); the bulk heads fill whole rounds, so every block starts the tail
+// together, and the tail's items go out split-major (kv head, split, tile), so the tiles of a
+// (head, split) run side by side. Searched: heads [0, bulk) at k_bulk <= 4 splits, the rest at
+// k_tail in (k_bulk, kMostHeadSplits], items of >= 2 pieces; taken when the cost model
+// (paged_plan.h) is >= 2% under the uniform split's.
 std::vector<int> shared_head_splits(int heads, std::int64_t tiles, std::int64_t pieces, std::int64_t rows_per_head,
                                     int slots, int uniform) {
   std::vector<int> splits(static_cast<std::size_t>(std::max(heads, 0)), uniform);
