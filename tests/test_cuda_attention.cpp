@@ -629,27 +629,20 @@ TEST(CudaDispatch, PlanCapacityHoldsEverySize) {
 }
 
 // The suffix kernel choice: the decode kernel for every plan (the pre-v18 rule's mma-kernel
-// shapes included: Yi-6B's 32/4 paged over a 20K document, 8/1 at B=1 over 32K, 32/8 paged
-// over 4K and 16K), the mma kernel only when HYDRAGEN_SUFFIX_KERNEL=mma forces it. No GPU
-// needed: the choice is host code.
+// shapes included: since v18 the choice no longer reads the plan), the mma kernel only when
+// HYDRAGEN_SUFFIX_KERNEL=mma forces it. No GPU needed: the choice is host code.
 TEST(CudaDispatch, SuffixKernelIsTheDecodeKernelUnlessForced) {
 #ifdef HYDRAGEN_WITH_CUDA
-  const std::vector<attn::AttentionPlan> plans = {
-      one_segment_plan(32, 4, 32, 20000, 40, AttentionMode::paged),
-      one_segment_plan(64, 4, 32, 20000, 40, AttentionMode::paged),
-      one_segment_plan(1, 1, 8, 32768, 1, AttentionMode::paged),
-      one_segment_plan(256, 8, 32, 4096, 1, AttentionMode::paged),
-      one_segment_plan(64, 8, 32, 16384, 1, AttentionMode::paged),
-      one_segment_plan(16, 40, 40, 32768, 1, AttentionMode::paged),
-      one_segment_plan(32, 4, 32, 20000, 40, AttentionMode::hydragen)};
-  for (std::size_t i = 0; i < plans.size(); ++i) EXPECT_TRUE(cuda::suffix_runs_decode_kernel(plans[i])) << "plan " << i;
+  {
+    const ScopedEnv unset("HYDRAGEN_SUFFIX_KERNEL", nullptr);
+    EXPECT_TRUE(cuda::suffix_runs_decode_kernel());
+  }
   {
     const ScopedEnv forced("HYDRAGEN_SUFFIX_KERNEL", "mma");
-    for (std::size_t i = 0; i < plans.size(); ++i)
-      EXPECT_FALSE(cuda::suffix_runs_decode_kernel(plans[i])) << "plan " << i << " forced to the mma kernel";
+    EXPECT_FALSE(cuda::suffix_runs_decode_kernel()) << "forced to the mma kernel";
   }
   const ScopedEnv forced("HYDRAGEN_SUFFIX_KERNEL", "decode");
-  EXPECT_TRUE(cuda::suffix_runs_decode_kernel(plans[0]));
+  EXPECT_TRUE(cuda::suffix_runs_decode_kernel());
 #else
   GTEST_SKIP() << "built without CUDA";
 #endif

@@ -133,13 +133,9 @@ void launch_decode_quad(const PagedAttentionParams& p, int grid, cudaStream_t st
 // paged 0.379 -> 0.158 ms, 32/8 B=1024 16K paged 13.2 -> 11.2 ms) and 0.93-1.10x elsewhere
 // (the same kernel: run-to-run spread of points under 0.1 ms). Both kernels are correct for
 // every plan; HYDRAGEN_SUFFIX_KERNEL=mma|decode forces one (the tests run the mma kernel so).
-bool suffix_runs_decode_kernel(const SuffixItemSummary&) {
+bool suffix_runs_decode_kernel() {
   const char* env = std::getenv("HYDRAGEN_SUFFIX_KERNEL");
   return env == nullptr || std::string(env) != "mma";
-}
-
-bool suffix_runs_decode_kernel(const attn::AttentionPlan& plan) {
-  return suffix_runs_decode_kernel(SuffixItemSummary::of(plan));
 }
 
 SuffixItemSummary SuffixItemSummary::of(const attn::AttentionPlan& plan) {
@@ -477,8 +473,8 @@ void PagedAttentionRunner::upload(const attn::AttentionPlan& plan, void* stream)
   fits(plan.groups.size(), m.capacity.groups, "merge groups");
   HG_CHECK(plan.state_entries <= m.capacity.state_entries, "PagedAttentionRunner::upload: plan needs ",
            plan.state_entries, " partial states, capacity is ", m.capacity.state_entries);
-  const SuffixItemSummary suffix = SuffixItemSummary::of(plan);  // one pass for the three choices
-  m.suffix_decode = suffix_runs_decode_kernel(suffix);
+  const SuffixItemSummary suffix = SuffixItemSummary::of(plan);  // one pass for the decode kernel's two choices
+  m.suffix_decode = suffix_runs_decode_kernel();
   m.shared_ws = m.kernels.shared_ws != nullptr && (m.kernels.shared_ws_always || plan.shared_full_tiles);
   m.decode_narrow = decode_runs_narrow(suffix);
   m.decode_quad = m.suffix_decode ? quad_decode_keys(suffix) : 0;

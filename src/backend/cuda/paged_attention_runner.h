@@ -53,9 +53,9 @@ bool supported_head_dim(int head_dim);
 // overrides that.
 attn::PlanOptions plan_options_for_device(DType dtype, int head_dim, AttentionMode mode, bool causal);
 
-// What the suffix launch's kernel choices below read from a plan, gathered in one pass over
-// its suffix items (upload makes the choices on every step, on the step's critical path: a
-// 13B batch of 1024 has ~41K items). Host only.
+// What the decode kernel's choices below (narrow build, quad build) read from a plan, gathered
+// in one pass over its suffix items (upload makes the choices on every step, on the step's
+// critical path: a 13B batch of 1024 has ~41K items). Host only.
 struct SuffixItemSummary {
   std::int64_t items = 0, pieces = 0, keys = 0, groups = 0;
   int max_rows = 0;
@@ -64,10 +64,9 @@ struct SuffixItemSummary {
   static SuffixItemSummary of(const attn::AttentionPlan& plan);
 };
 
-// Whether the suffix launch runs the decode kernel (else the mma.sync kernel): the runner's
-// choice at upload (rule and A/B numbers in paged_attention_runner.cu). Host only.
-bool suffix_runs_decode_kernel(const SuffixItemSummary& suffix);
-bool suffix_runs_decode_kernel(const attn::AttentionPlan& plan);
+// Whether the suffix launch runs the decode kernel (else the mma.sync kernel): for every plan
+// unless HYDRAGEN_SUFFIX_KERNEL=mma (the A/B numbers in paged_attention_runner.cu). Host only.
+bool suffix_runs_decode_kernel();
 
 // Whether the decode kernel's narrow build (one-row items only) serves the suffix launch.
 // HYDRAGEN_DECODE_NARROW / HYDRAGEN_DECODE_WIDE force one (the narrow one only where every
