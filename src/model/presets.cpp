@@ -25,25 +25,33 @@ std::filesystem::path preset_dir() {
   return candidates.back();
 }
 
-std::vector<std::string> preset_names() {
+namespace {
+
+// The .json files' stems in `dir`, sorted.
+std::vector<std::string> names_in(const std::filesystem::path& dir) {
   std::vector<std::string> names;
   std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(preset_dir(), error)) {
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
     if (entry.path().extension() == ".json") names.push_back(entry.path().stem().string());
   }
   std::sort(names.begin(), names.end());
   return names;
 }
 
+}  // namespace
+
+std::vector<std::string> preset_names() { return names_in(preset_dir()); }
+
 ModelConfig load_preset(const std::string& name) {
-  const std::vector<std::string> names = preset_names();
+  const std::filesystem::path dir = preset_dir();  // (a search of the file system: once)
+  const std::vector<std::string> names = names_in(dir);
   if (std::find(names.begin(), names.end(), name) == names.end()) {
     std::string known;
     for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
-    fail("unknown preset \"", name, "\"; known presets (in ", preset_dir().string(), "): ",
+    fail("unknown preset \"", name, "\"; known presets (in ", dir.string(), "): ",
          known.empty() ? "none found, set HYDRAGEN_PRESET_DIR" : known);
   }
-  return load_model_config(preset_dir() / (name + ".json"));
+  return load_model_config(dir / (name + ".json"));
 }
 
 }  // namespace hydragen
