@@ -44,7 +44,7 @@ struct QuadShape {
   static constexpr int kGranules = D / 16;        // a lane's 4-dim granules (see quad_dim)
   static constexpr int kBlockKeys = KB;
   static constexpr int kMinBlocks = KB == 1 ? 4 : 2;  // resident blocks per SM (__launch_bounds__)
-  static constexpr int kEarlyColumns = 4;         // columns whose lse is loaded before the keys
+  static constexpr int kEarlyColumns = 8;         // columns whose lse is loaded before the keys (2 per lane)
   static_assert(D == 64 || D == 128);
   static_assert(KB == 1 || KB == 4);
 };
@@ -88,15 +88,17 @@ __global__ void __launch_bounds__(QuadShape<T, D, KB>::kThreads, QuadShape<T, D,
   const T* kp = static_cast<const T*>(p.k_pool);
   const T* vp = static_cast<const T*>(p.v_pool);
 
-  // From here on the shared launch's states are read (and the output written). The other
-  // columns' lse now, so their round trip overlaps the Q and K/V loads instead of following
-  // the keys (the merge below reads the rest).
+  // From here on the shared launch's states are read (and the output written). The lse of the
+  // first 2 x 4 other columns now, lane `sub` columns sub and 4 + sub, so their round trip
+  // overlaps the Q and K/V loads instead of following the keys (the merge reads the rest).
   wait_for_shared_launch();
-  float early_lse[EC];
+  float early_lse[EC / 4];
 #pragma unroll
-  for (int c = 0; c < EC; ++c)
-    early_lse[c] = c < grp.columns && c != it.column ? __ldcg(p.states.lse + first + std::int64_t{c} * row.state_stride)
+  for (int k = 0; k < EC / 4; ++k) {
+    const int c = 4 * k + sub;
+    early_lse[k] = c < grp.columns && c != it.column ? __ldcg(p.states.lse + first + std::int64_t{c} * row.state_stride)
                                                      : -INFINITY;
+  }
 
   float q[DQ];
   {
@@ -168,54 +170,74 @@ __global__ void __launch_bounds__(QuadShape<T, D, KB>::kThreads, QuadShape<T, D,
     }
   }
 
-  // This item's state, then the merge with the group's other columns in column order.
+  // This item's state, then the merge with the group's other columns.
   const float inv = l > 0.f ? 1.f / l : 0.f;
   const float own_lse = l > 0.f ? (m + __log2f(l)) * 0.69314718056f : -INFINITY;
 #pragma unroll
   for (int i = 0; i < DQ; ++i) acc[i] *= inv;
   float out_lse = own_lse;
   if (grp.columns > 1) {
-    auto column_lse = [&](int c) {  // c != it.column
-      if (c >= EC) return __ldcg(p.states.lse + first + std::int64_t{c} * row.state_stride);
-      float v = -INFINITY;  // (selected, not indexed: an indexed early_lse lived in local memory)
+    // The lse of the other columns, four per quad step (lane sub holds column c0 + sub; -inf
+    // at its own column and past the group's): the first EC from before the keys.
+    auto lane_lse = [&](int c0) {
+      if (c0 < EC) {
+        float v = -INFINITY;  // (selected, not indexed: an indexed array would live in local memory)
 #pragma unroll
-      for (int k = 0; k < EC; ++k)
-        if (k == c) v = early_lse[k];
-      return v;
+        for (int k = 0; k < EC / 4; ++k)
+          if (4 * k == c0) v = early_lse[k];
+        return v;
+      }
+      const int c = c0 + sub;
+      return c < grp.columns && c != it.column ? __ldcg(p.states.lse + first + std::int64_t{c} * row.state_stride)
+                                               : -INFINITY;
     };
     float mxl = own_lse;
-#pragma unroll
-    for (int c = 0; c < EC; ++c) mxl = fmaxf(mxl, early_lse[c]);  // -inf past the columns and at its own
-    for (int c = EC; c < grp.columns; ++c)
-      if (c != it.column) mxl = fmaxf(mxl, column_lse(c));
+    for (int c0 = 0; c0 < grp.columns; c0 += 4) mxl = fmaxf(mxl, lane_lse(c0));
+    mxl = fmaxf(mxl, __shfl_xor_sync(mask, mxl, 1));
+    mxl = fmaxf(mxl, __shfl_xor_sync(mask, mxl, 2));
     if (mxl == -INFINITY) {
 #pragma unroll
       for (int i = 0; i < DQ; ++i) acc[i] = 0.f;
     } else {
-      float sum = 0.f, a[DQ];
+      // Own state first (in place), then the others in column order, two columns' o in
+      // flight at a time: their weights are known before any o is loaded, so the loads do not
+      // wait for an lse round trip each (v20-merge, docs/perf-notes.md). A zero weight (an
+      // empty or negligible state, whose o may be unwritten) loads nothing.
+      const float4* column_o = reinterpret_cast<const float4*>(p.states.o + first * D);  // column 0's o
+      const std::int64_t column_step = std::int64_t{row.state_stride} * (D / 4);          // float4s per column
+      const float w_own = __expf(own_lse - mxl);
+      float sum = w_own;
 #pragma unroll
-      for (int i = 0; i < DQ; ++i) a[i] = 0.f;
-      for (int c = 0; c < grp.columns; ++c) {
-        const std::int64_t e = first + std::int64_t{c} * row.state_stride;
-        const bool own = c == it.column;
-        const float w = __expf((own ? own_lse : column_lse(c)) - mxl);
-        if (w == 0.f) continue;  // an empty or negligible state; its o may be unwritten
-        sum += w;
-        if (own) {
+      for (int i = 0; i < DQ; ++i) acc[i] *= w_own;
+#pragma unroll 1
+      for (int c0 = 0; c0 < grp.columns; c0 += 4) {
+        const float w_lane = __expf(lane_lse(c0) - mxl);  // 0 at -inf
 #pragma unroll
-          for (int i = 0; i < DQ; ++i) a[i] += w * acc[i];
-        } else {
-          const float4* src = reinterpret_cast<const float4*>(p.states.o + e * D);
+        for (int k = 0; k < 4; k += 2) {
+          float w[2];
+          float4 x[2][NG];
 #pragma unroll
-          for (int g = 0; g < NG; ++g) {
-            const float4 x = __ldcg(src + quad_dim(g, sub) / 4);
-            a[4 * g + 0] += w * x.x, a[4 * g + 1] += w * x.y, a[4 * g + 2] += w * x.z, a[4 * g + 3] += w * x.w;
+          for (int j = 0; j < 2; ++j) {
+            w[j] = __shfl_sync(mask, w_lane, (lane & ~3) + k + j);
+            const float4* src = column_o + std::int64_t{c0 + k + j} * column_step;
+#pragma unroll
+            for (int g = 0; g < NG; ++g) x[j][g] = w[j] != 0.f ? __ldcg(src + quad_dim(g, sub) / 4) : make_float4(0, 0, 0, 0);
+          }
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            if (w[j] == 0.f) continue;
+            sum += w[j];
+#pragma unroll
+            for (int g = 0; g < NG; ++g) {
+              acc[4 * g + 0] += w[j] * x[j][g].x, acc[4 * g + 1] += w[j] * x[j][g].y;
+              acc[4 * g + 2] += w[j] * x[j][g].z, acc[4 * g + 3] += w[j] * x[j][g].w;
+            }
           }
         }
       }
       const float rs = 1.f / sum;
 #pragma unroll
-      for (int i = 0; i < DQ; ++i) acc[i] = a[i] * rs;
+      for (int i = 0; i < DQ; ++i) acc[i] *= rs;
       out_lse = mxl + __logf(sum);
     }
   }
