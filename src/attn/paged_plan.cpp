@@ -373,6 +373,9 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
     query_offset[s] = plan.query_rows;
     plan.query_rows += seq.query_tokens;
   }
+  // PlanRow::state_base and the kernels' entry indices are 32-bit.
+  HG_CHECK(plan.state_entries <= INT32_MAX, "build_attention_plan: the plan needs ", plan.state_entries,
+           " partial states (sequences x query tokens x heads x columns), more than 2^31 - 1");
 
   // Sizes known now: reserve them (a decode step of 1024 sequences x 40 heads has ~41K items
   // and groups; growing the vectors was half of the plan's host time).

@@ -115,12 +115,26 @@ __device__ __forceinline__ void load_q_rows(const PagedAttentionParams& p, const
   }
 }
 
-// Causal limits of this thread's two rows (INT32_MAX past the item's rows); returns the smaller.
+// Causal limits of this thread's two rows of an item's tile (r0 and r0 + 8; INT32_MAX past the
+// item's rows); returns the smaller.
 __device__ __forceinline__ int row_key_limits(const PagedAttentionParams& p, const attn::PlanItem& it, int r0,
                                               int (&limit)[2]) {
   for (int h = 0; h < 2; ++h)
     limit[h] = r0 + 8 * h < it.row_count ? p.rows[it.row_begin + r0 + 8 * h].key_limit : INT32_MAX;
   return min(limit[0], limit[1]);
+}
+
+// Partial entries of the same two rows' states in the item's column (-1 past the item's rows;
+// entries fit in 32 bits: build_attention_plan checks).
+__device__ __forceinline__ void tile_state_entries(const PagedAttentionParams& p, const attn::PlanItem& it, int r0,
+                                                   int group_size, int (&entry)[2]) {
+  for (int h = 0; h < 2; ++h) {
+    entry[h] = -1;
+    if (r0 + 8 * h < it.row_count) {
+      const attn::PlanRow row = p.rows[it.row_begin + r0 + 8 * h];
+      entry[h] = row.state_base + it.column * row.state_stride + it.kv_head * group_size + row.group;
+    }
+  }
 }
 
 // One online-softmax step (exp2 domain, scale folded in) over a wgmma S accumulator of N
@@ -151,29 +165,44 @@ __device__ __forceinline__ void online_softmax_step(float (&s)[N], float (&m)[2]
   }
 }
 
-// The item's (o / l, lse) of this thread's two rows (r0 and r0 + 8 of the tile) straight from
-// the m64n128 accumulator registers to the item's column of the partial-state buffer; l is the
-// thread's partial row sum (its quad holds the rest). head_dim 128.
+// Row h's (o / l, lse) of this thread's two rows of the tile (r0 + 8 h) straight from the
+// m64n128 accumulator registers to partial entry `entry` (-1: past the item's rows, nothing);
+// l is the thread's partial row sum (its quad holds the rest). head_dim 128.
+__device__ __forceinline__ void write_row_state(const PagedAttentionParams& p, std::int64_t entry, const float (&o)[64],
+                                                const float (&m)[2], float (&l)[2], int h, int lane) {
+  constexpr int D = 128;
+  l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+  l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+  if (entry < 0) return;
+  const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
+  float* dst = p.states.o + entry * D + (lane % 4) * 2;
+#pragma unroll
+  for (int i = 0; i < 16; ++i)
+    *reinterpret_cast<float2*>(dst + i * 8) = make_float2(o[i * 4 + 2 * h] * inv, o[i * 4 + 2 * h + 1] * inv);
+  if (lane % 4 == 0) p.states.lse[entry] = l[h] > 0.f ? (m[h] + __log2f(l[h])) * 0.69314718056f : -INFINITY;
+}
+
+// The item's (o / l, lse) of this thread's two rows into their partial entries (`entry`, as
+// tile_state_entries gives them).
+__device__ __forceinline__ void write_tile_states(const PagedAttentionParams& p, const int (&entry)[2],
+                                                  const float (&o)[64], const float (&m)[2], float (&l)[2],
+                                                  int lane) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) write_row_state(p, entry[h], o, m, l, h, lane);
+}
+
+// The same, each row's entry read here (fewer registers live through the item's loop).
 __device__ __forceinline__ void write_tile_states(const PagedAttentionParams& p, const attn::PlanItem& it,
                                                   const float (&o)[64], const float (&m)[2], float (&l)[2], int r0,
                                                   int lane, int group_size) {
-  constexpr int D = 128;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-    const int r = r0 + 8 * h;
-    if (r < it.row_count) {
-      const attn::PlanRow row = p.rows[it.row_begin + r];
-      const std::int64_t e =
-          row.state_base + std::int64_t{it.column} * row.state_stride + it.kv_head * group_size + row.group;
-      const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
-      float* dst = p.states.o + e * D + (lane % 4) * 2;
-#pragma unroll
-      for (int i = 0; i < 16; ++i)
-        *reinterpret_cast<float2*>(dst + i * 8) = make_float2(o[i * 4 + 2 * h] * inv, o[i * 4 + 2 * h + 1] * inv);
-      if (lane % 4 == 0) p.states.lse[e] = l[h] > 0.f ? (m[h] + __log2f(l[h])) * 0.69314718056f : -INFINITY;
+    std::int64_t entry = -1;
+    if (r0 + 8 * h < it.row_count) {
+      const attn::PlanRow row = p.rows[it.row_begin + r0 + 8 * h];
+      entry = row.state_base + std::int64_t{it.column} * row.state_stride + it.kv_head * group_size + row.group;
     }
+    write_row_state(p, entry, o, m, l, h, lane);
   }
 }
 

@@ -50,7 +50,9 @@ struct WsSharedTile {
   static constexpr int kKvBytes = 2 * kKvHalf;   // K (or V) of one stage
   static constexpr int kStageBytes = 2 * kKvBytes;
   static constexpr int kBarrierOffset = 2 * kQHalf + kStages * kStageBytes;
-  static constexpr int kSmemBytes = kBarrierOffset + 2 * kStages * 8 + 1024;  // + alignment slack
+  // full[kStages], empty[kStages], q_full, q_free; + alignment slack
+  static constexpr int kSmemBytes = kBarrierOffset + (2 * kStages + 2) * 8 + 1024;
+  static constexpr int kQLoaders = 96;           // producer warps 1..3 (kTma: they copy Q)
   static constexpr int kProducerRegs = 72;       // two blocks of page lookups in flight
   static constexpr int kConsumerRegs = 216;      // 128 * 72 + 256 * 216 = 64512 <= 65536
   static_assert(attn::kBlockTokens == 64, "a stage holds two 64-key pieces");
@@ -69,7 +71,11 @@ struct WsSharedTile {
 //     warp 0 issues them after lane 0 added their bytes to `full`'s transaction count. A piece
 //     that is not whole (a segment's last, shorter piece, or none past the item's pieces) takes
 //     the cp.async path with zero fill, so keys past a piece are zeros, never stale pool data.
-//     Every producer thread then arrives through cp.async.mbarrier.arrive.noinc, as kCpAsyncHw.
+//     Producer warp 0 alone fills the stages (its 32 lanes arrive on `full` through
+//     cp.async.mbarrier.arrive.noinc, as kCpAsyncHw). Producer warps 1..3 copy each item's Q
+//     rows into the Q tile (v20-qload): once both consumers have released the tile (`q_free`:
+//     their last S of the item before is complete) the next item's rows go in with cp.async
+//     and arrive on `q_full`, so the item boundary waits on no global round trip for Q.
 enum class WsLoads { kCpAsync, kCpAsyncHw, kTma };
 
 // PingPong: the two consumers take turns issuing their wgmmas (named barriers 3 and 4), so one
@@ -81,6 +87,8 @@ __global__ void __launch_bounds__(384, 1)
                                const __grid_constant__ CUtensorMap tv) {
 #if HYDRAGEN_WGMMA
   constexpr bool HwArrive = Loads != WsLoads::kCpAsync;
+  constexpr bool QLoader = Loads == WsLoads::kTma;  // producer warps 1..3 copy Q (v20-qload)
+  constexpr int kStageCopiers = QLoader ? 32 : 128;  // producer threads that fill the stages
   using Tile = WsSharedTile<T>;
   constexpr int D = Tile::D;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -90,14 +98,17 @@ __global__ void __launch_bounds__(384, 1)
   const std::uint32_t sq_addr = ptx::smem_addr(sq), skv_addr = ptx::smem_addr(skv);
   const std::uint32_t full_addr = ptx::smem_addr(smem + Tile::kBarrierOffset);
   const std::uint32_t empty_addr = full_addr + Tile::kStages * 8;
+  const std::uint32_t q_full_addr = empty_addr + Tile::kStages * 8, q_free_addr = q_full_addr + 8;
 
   allow_dependent_launch();
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = warp / 4;
   if (tid == 0) {
     for (int s = 0; s < Tile::kStages; ++s) {
-      wgmma::mbar_init(full_addr + 8 * s, HwArrive ? 128 : 4);  // every producer thread / warp
+      wgmma::mbar_init(full_addr + 8 * s, HwArrive ? kStageCopiers : 4);  // every copying thread / warp
       wgmma::mbar_init(empty_addr + 8 * s, 8);   // lane 0 of every consumer warp
     }
+    wgmma::mbar_init(q_full_addr, Tile::kQLoaders);  // every Q loader thread (noinc)
+    wgmma::mbar_init(q_free_addr, 2);                // one thread per consumer
   }
   __syncthreads();
   const int group_size = p.q_heads / p.kv_heads;
@@ -109,7 +120,7 @@ __global__ void __launch_bounds__(384, 1)
     const T* kp = static_cast<const T*>(p.k_pool);
     const T* vp = static_cast<const T*>(p.v_pool);
     const int c = tid % 16;        // this thread's 16-byte chunk of every key row it copies
-    const int key0 = tid / 16;     // its keys of a piece: key0 + 8 i, i < 8
+    const int key0 = tid / 16;     // its keys of a piece: key0 + 8 i, i < 8 (lookup)
     int issued = 0, pending_stage = -1;
     // Pieces of block pi / 2 (tokens 0 past the item's pieces).
     auto load_pieces = [&](const attn::PlanItem& it, int pi, attn::PlanPiece (&pc)[2]) {
@@ -134,12 +145,14 @@ __global__ void __launch_bounds__(384, 1)
       __syncwarp();
       if (lane == 0) wgmma::mbar_arrive(full_addr + 8 * stage);
     };
-    // cp.async of one piece's keys (key0 + 8 i) into its half of a stage; zeros past it.
+    // cp.async of one piece's keys into its half of a stage by the kStageCopiers threads (this
+    // one: keys key0 + copiers / 16 * i); zeros past the piece.
     auto copy_piece = [&](const attn::PlanPiece& pc, int h, int kv_head, unsigned char* sk) {
       unsigned char* sv = sk + Tile::kKvBytes;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int key = key0 + 8 * i, tok = pc.token_begin + key;
+      constexpr int kKeyStep = kStageCopiers / 16;
+#pragma unroll 8
+      for (int i = 0; i < 64 / kKeyStep; ++i) {
+        const int key = key0 + kKeyStep * i, tok = pc.token_begin + key;
         const bool valid = key < pc.tokens;
         const std::int64_t slot = valid ? pool_slot(p, pc, tok) : 0;
         const std::int64_t off = (slot * p.kv_heads + kv_head) * D + c * 8;
@@ -149,6 +162,39 @@ __global__ void __launch_bounds__(384, 1)
       }
     };
     if constexpr (Loads == WsLoads::kTma) {
+      if (warp > 0) {
+        // Q loader: tile rows lt and lt + 96 (< 128) of every item of this block, 16 chunks each.
+        const int lt = tid - 32;
+        int k = 0;
+        for (int item_index = blockIdx.x; item_index < item_count; item_index += gridDim.x, ++k) {
+          const attn::PlanItem it = p.items[item_index];
+          std::int64_t src[2];
+          bool valid[2];
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            const int r = lt + Tile::kQLoaders * j;
+            valid[j] = r < it.row_count && r < Tile::kRows;
+            src[j] = 0;
+            if (valid[j]) {
+              const attn::PlanRow row = p.rows[it.row_begin + r];
+              src[j] = (std::int64_t{row.token} * p.q_heads + it.kv_head * group_size + row.group) * D;
+            }
+          }
+          if (k > 0) wgmma::mbar_wait(q_free_addr, (k - 1) & 1);  // the consumers are done with the last Q
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            const int r = lt + Tile::kQLoaders * j;
+            if (r >= Tile::kRows) continue;
+            const T* q = static_cast<const T*>(p.q) + src[j];
+#pragma unroll
+            for (int c16 = 0; c16 < 16; ++c16) ptx::cp_async_16(sq + swizzled_offset(r, c16, Tile::kQHalf), q + c16 * 8, valid[j]);
+          }
+          wgmma::mbar_arrive_cp_async(q_full_addr);
+        }
+        ptx::cp_async_commit();
+        ptx::cp_async_wait<0>();  // nothing of this thread's in flight when it exits
+        return;
+      }
       // Lane l of warp 0 owns box l of a stage: piece h, chunk j of box_keys keys, head-dim
       // half dh, tensor t (K or V). Page sizes are multiples of 16 (build_attention_plan), so a
       // stage has at most 2 x 4 x 4 = 32 boxes: one per lane.
@@ -274,17 +320,42 @@ __global__ void __launch_bounds__(384, 1)
     if constexpr (PingPong) asm volatile("bar.arrive %0, 256;\n" ::"r"(3 + (cw ^ 1)) : "memory");
   };
   if (cw == 1) their_turn();
-  for (int item_index = blockIdx.x; item_index < item_count; item_index += gridDim.x) {
-    const attn::PlanItem it = p.items[item_index];
-    // Q rows of this consumer (the last item's wgmmas that read them are complete: waited
-    // before its epilogue; the barrier orders every thread's wait before these stores).
-    wgmma::named_barrier(1 + cw, 128);
-    load_q_rows<T>(p, it, sq, Tile::kQHalf, cw * 64, 64, ctid, 128, group_size);
-    wgmma::fence_proxy_async();  // st.shared -> the tensor cores' reads
-    wgmma::named_barrier(1 + cw, 128);
+  // The next item is read under the last P.V of this one (QLoader), so the boundary between
+  // items waits on neither it nor Q.
+  attn::PlanItem it = blockIdx.x < item_count ? p.items[blockIdx.x] : attn::PlanItem{};
+  int k = 0;
+  for (int item_index = blockIdx.x; item_index < item_count; item_index += gridDim.x, ++k) {
+    const int next_index = item_index + gridDim.x;
+    attn::PlanItem next{};
+    bool next_read = false;
+    auto read_next = [&] {
+      if (next_index < item_count) next = p.items[next_index];
+      next_read = true;
+    };
+    // This consumer's S reads of the Q tile are done (every warp's: the barrier); the loader may
+    // copy the next item's rows once both consumers say so.
+    auto release_q = [&] {
+      if constexpr (QLoader) {
+        wgmma::named_barrier(1 + cw, 128);
+        if (ctid == 0) wgmma::mbar_arrive(q_free_addr);
+      }
+    };
+    if constexpr (QLoader) {
+      wgmma::mbar_wait(q_full_addr, k & 1);
+      wgmma::fence_proxy_async();  // the loader's cp.async writes -> the tensor cores' reads
+    } else {
+      // Q rows of this consumer (the last item's wgmmas that read them are complete: waited
+      // before its epilogue; the barrier orders every thread's wait before these stores).
+      wgmma::named_barrier(1 + cw, 128);
+      load_q_rows<T>(p, it, sq, Tile::kQHalf, cw * 64, 64, ctid, 128, group_size);
+      wgmma::fence_proxy_async();  // st.shared -> the tensor cores' reads
+      wgmma::named_barrier(1 + cw, 128);
+    }
 
-    int limit[2];
+    // The epilogue's entries read now (not after the last P.V: a round trip at the boundary).
+    int limit[2], entry[2];
     const int min_limit = row_key_limits(p, it, r0, limit);
+    tile_state_entries(p, it, r0, group_size, entry);
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
     float o[64];
 #pragma unroll
@@ -356,6 +427,7 @@ __global__ void __launch_bounds__(384, 1)
       their_turn();
       wgmma::wait<0>();
       wgmma::fence_operands(s);
+      if (it.piece_count <= 2) release_q();
       softmax(piece, alpha);
       pack_p();
       // Block b: S(b) and P.V(b - 1) issued; S(b) waited; its softmax under P.V(b - 1).
@@ -367,6 +439,7 @@ __global__ void __launch_bounds__(384, 1)
         their_turn();
         wgmma::wait<1>();
         wgmma::fence_operands(s);
+        if (pi + 2 >= it.piece_count) release_q();
         softmax(piece, alpha);
         wgmma::wait<0>();  // P.V(b - 1): o and pk are free, its stage is read
         wgmma::fence_operands(o);
@@ -383,13 +456,18 @@ __global__ void __launch_bounds__(384, 1)
       my_turn();
       issue_pv(prev_stage);
       their_turn();
+      if constexpr (QLoader) read_next();
       wgmma::wait<0>();
       wgmma::fence_operands(o);
       keep_pk();
       if (lane == 0) wgmma::mbar_arrive(empty_addr + 8 * prev_stage);
+    } else {
+      release_q();  // (no S read the tile)
     }
 
-    write_tile_states(p, it, o, m, l, r0, lane, group_size);
+    write_tile_states(p, entry, o, m, l, lane);
+    if (!next_read) read_next();
+    it = next;
   }
 #endif
 }
