@@ -315,63 +315,6 @@ TEST(CudaAttention, HeadSplitPlansMatchReference) {
 #endif
 }
 
-// v21-overlap (HYDRAGEN_OVERLAP_SMS): the suffix launch's keys beside the shared launch on the
-// SMs it leaves free, its merges after it (decode_overlapped). Full-tile plans with long
-// suffixes (MHA and GQA: one- and four-row items, one and three query tokens, page sizes 16
-// and 64) against the float64 reference; each runner runs twice, outputs and states poisoned
-// before each run (the second run reads the counters the first one's last block zeroed).
-TEST(CudaAttention, OverlappedSuffixLaunchMatchesReference) {
-  SKIP_WITHOUT_GPU();
-#ifdef HYDRAGEN_WITH_CUDA
-  Rng rng;
-  SCOPED_TRACE(rng.trace());
-  const char* free_sms[] = {"8", "64", "120"};
-  for (int trial = 0; trial < 6; ++trial) {
-    const ScopedEnv env("HYDRAGEN_OVERLAP_SMS", free_sms[trial % 3]);
-    testing::PagedShape shape;
-    shape.page_size = trial % 2 ? 16 : 64;
-    shape.head_dim = 128;
-    shape.kv_heads = trial >= 3 ? 2 : 4;
-    shape.groups = trial >= 3 ? 4 : 1;
-    shape.batch = trial >= 3 ? 64 : 256;  // 256 rows per kv head: two full tiles
-    shape.segment_lengths = {trial % 2 ? 777 : 1024};
-    shape.suffix_lengths = {48, 64, 100, 200};
-    shape.max_query_tokens = trial % 2 ? 3 : 1;
-    shape.round_to_bf16 = true;
-    const testing::PagedCase c = testing::random_paged_case(shape, rng);
-    const attn::PlanOptions options = cuda::plan_options_for_device(DType::bf16, 128, AttentionMode::hydragen, true);
-    const attn::AttentionPlan plan = attn::build_attention_plan(c.layout, options);
-    const std::string what = concat("trial ", trial, " free SMs ", free_sms[trial % 3], " page ", shape.page_size,
-                                    " Hkv ", shape.kv_heads, " G ", shape.groups, " T<=", shape.max_query_tokens);
-    ASSERT_TRUE(plan.shared_full_tiles) << what;
-    ASSERT_TRUE(plan.overlap) << what;
-    const std::int64_t rows = c.q.size(0), hq = c.q.size(1), d = c.q.size(2);
-    cuda::PagedAttentionRunner runner(DType::bf16, 128, static_cast<int>(hq), c.layout.kv_heads,
-                                      cuda::PlanCapacity::of(plan), options.shared_tile_rows);
-    runner.upload(plan);
-    EXPECT_TRUE(runner.launch_variant() & 64) << what << ": the suffix launch runs beside the shared one";
-    const Tensor k = c.k_pool.to(DType::bf16).to(Device::cuda), v = c.v_pool.to(DType::bf16).to(Device::cuda);
-    const Tensor q = c.q.to(DType::bf16).to(Device::cuda);
-    Tensor out = Tensor::empty({rows, hq, d}, DType::bf16, Device::cuda);
-    Tensor out_lse = Tensor::empty({rows, hq}, DType::f32, Device::cuda);
-    cuda::PagedAttentionArgs args;
-    args.q = q.raw(), args.k_pool = k.raw(), args.v_pool = v.raw(), args.out = out.raw();
-    args.out_lse = out_lse.data<float>(), args.page_size = c.layout.page_size;
-    const AttentionState ref = reference_tree_attention(c.tree, c.q);
-    for (int run = 0; run < 2; ++run) {
-      runner.poison_states();
-      ASSERT_EQ(cudaMemset(out.raw(), 0xff, out.bytes()), cudaSuccess);
-      ASSERT_EQ(cudaMemset(out_lse.raw(), 0xff, out_lse.bytes()), cudaSuccess);
-      runner.run(args);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
-      const AttentionState got{out.to(Device::cpu).to(DType::f32), out_lse.to(Device::cpu)};
-      EXPECT_LE(relative_norm_error(got.o, ref.o), 5e-3) << what << " run " << run;
-      expect_lse_near(got.lse, ref.lse, concat(what, " run ", run));
-    }
-  }
-#endif
-}
-
 TEST(CudaAttention, RandomTreesMatchFloat64Reference) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA

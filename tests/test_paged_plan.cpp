@@ -333,40 +333,6 @@ TEST(PagedPlan, FullTilePlansSplitForTheirOwnSlots) {
   EXPECT_TRUE(paged.shared_items.empty());
 }
 
-// v21-overlap: a full-tile plan whose sequences read at least overlap_min_mean_keys keys each
-// in their own suffix items is split for the overlap slots and says so; shorter suffixes, and
-// plans that are not full-tile, keep the ordinary split and run one launch after the other.
-TEST(PagedPlan, OverlapPlansSplitForTheirSlots) {
-  PlanOptions options;
-  options.shared_slots = 264, options.suffix_slots = 1584, options.shared_split_past_one_wave = true;
-  options.shared_full_tile_slots = 132;
-  auto plan_of = [&](int batch, int kv_heads, int q_heads, std::int64_t suffix, int overlap_slots) {
-    PlanOptions o = options;
-    o.overlap_full_tile_slots = overlap_slots;
-    return build_attention_plan(testing::one_segment_layout(batch, kv_heads, q_heads, 16384, suffix), o);
-  };
-  auto splits_for = [&](int batch, int kv_heads, int q_heads, std::int64_t suffix, int full_tile_slots) {
-    PlanOptions o = options;
-    o.shared_full_tile_slots = full_tile_slots;
-    return build_attention_plan(testing::one_segment_layout(batch, kv_heads, q_heads, 16384, suffix), o).shared_items.size();
-  };
-  // 8/1 B=256 (16 full tiles) suffix 256: overlapped, split as a plan for 100 slots would be.
-  const AttentionPlan long_suffix = plan_of(256, 1, 8, 256, 100);
-  EXPECT_TRUE(long_suffix.shared_full_tiles);
-  EXPECT_TRUE(long_suffix.overlap);
-  EXPECT_EQ(long_suffix.shared_items.size(), splits_for(256, 1, 8, 256, 100));
-  EXPECT_NE(long_suffix.shared_items.size(), splits_for(256, 1, 8, 256, 132));
-  EXPECT_LE(long_suffix.shared_items.size(), 100u);
-  // Exactly the mean: overlapped; one key fewer on average: not.
-  EXPECT_TRUE(plan_of(256, 1, 8, kOverlapMinMeanKeys, 100).overlap);
-  const AttentionPlan short_suffix = plan_of(256, 1, 8, kOverlapMinMeanKeys - 1, 100);
-  EXPECT_FALSE(short_suffix.overlap);
-  EXPECT_EQ(short_suffix.shared_items.size(), splits_for(256, 1, 8, kOverlapMinMeanKeys - 1, 132));
-  // Off (0 slots), and half-empty tiles (32/8 B=16: not full-tile): never.
-  EXPECT_FALSE(plan_of(256, 1, 8, 256, 0).overlap);
-  EXPECT_FALSE(plan_of(16, 8, 32, 256, 100).overlap);
-}
-
 TEST(PagedPlan, SharedSplitsFollowTheirMinimumLength) {
   // 32 sequences x 4 rows under one 1K segment: 8 shared items before splitting.
   PagedLayout layout;

@@ -273,13 +273,6 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
     }
     plan.shared_full_tiles = 2 * full_tile_work >= work;
     if (plan.shared_full_tiles) shared_slots = options.shared_full_tile_slots;
-    // PlanOptions::overlap_full_tile_slots: enough suffix keys to read beside the shared launch.
-    if (plan.shared_full_tiles && options.overlap_full_tile_slots > 0 && num_sequences > 0) {
-      std::int64_t keys = 0;
-      for (int s = 0; s < num_sequences; ++s) keys += own_keys(s, true);
-      plan.overlap = keys >= options.overlap_min_mean_keys * num_sequences;
-      if (plan.overlap) shared_slots = options.overlap_full_tile_slots;
-    }
   }
   std::vector<int> seg_splits(num_segments, 0);
   // Short splits only while the suffixes are short next to the segment (the decode steps they

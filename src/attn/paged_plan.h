@@ -136,15 +136,7 @@ struct AttentionPlan {
   // Most stacked work is in full tiles: split for PlanOptions::shared_full_tile_slots (the CUDA
   // runner then runs its warp-specialized shared kernel).
   bool shared_full_tiles = false;
-  // A full-tile plan split for PlanOptions::overlap_full_tile_slots: the CUDA runner leaves the
-  // other SMs to the suffix launch, which reads its keys while the shared launch runs and
-  // merges after it (PlanOptions::overlap_full_tile_slots).
-  bool overlap = false;
 };
-
-// PlanOptions::overlap_min_mean_keys: below it the suffix launch is short (the quad decode
-// kernel's one-key steps) and has too little to overlap.
-inline constexpr std::int64_t kOverlapMinMeanKeys = 48;
 
 struct PlanOptions {
   AttentionMode mode = AttentionMode::hydragen;  // paged and dense fold every segment
@@ -195,14 +187,6 @@ struct PlanOptions {
   // attention at B=256-1024, prefix 1K-32K: 0.76-1.01x the time; codellama-13b B=1024 step
   // 0.978x at 2K, 0.985x at 16K; docs/perf-notes.md v19).
   bool shared_head_splits = false;
-  // When > 0 (v21-overlap): a full-tile plan whose sequences read at least
-  // overlap_min_mean_keys keys each on average in their own suffix items is split for this
-  // many shared slots (fewer than shared_full_tile_slots) and says so (AttentionPlan::overlap):
-  // the CUDA runner runs the shared launch on that many SMs and the suffix launch's keys on
-  // the rest at the same time (tensor cores against memory bandwidth), merging after. Off by
-  // default (HYDRAGEN_OVERLAP_SMS on CUDA).
-  int overlap_full_tile_slots = 0;
-  std::int64_t overlap_min_mean_keys = kOverlapMinMeanKeys;
 };
 
 // shared_head_splits' cost model, in 128-key blocks of one SM (the full-tile kernel's step: a

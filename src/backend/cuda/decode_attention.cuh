@@ -138,31 +138,6 @@ __device__ __forceinline__ float softmax_step(float s, float& m, float& l, float
   return pr;
 }
 
-// The merge of an item's rows over their group's `columns` states (complete and visible),
-// into the output rows and their lse, by one warp; scratch: the warp's K/V stage (free).
-template <class T, int D>
-__device__ __forceinline__ void merge_group_rows(const PagedAttentionParams& p, const attn::PlanItem& it, int columns,
-                                                 const attn::PlanRow& my_row, float* scratch, int lane) {
-  using Shape = DecodeShape<T, D>;
-  const int group_size = p.q_heads / p.kv_heads;
-  const int rows = it.row_count;
-  // One row: merge_states_chunk already gives every lane one chunk (the reordering measured
-  // 0.86-0.94x at 40/40 one-key suffixes, session 5).
-  if (rows > 1 && merge_rows_in_warp<T, D>(p, it, rows, columns, my_row, scratch, Shape::kStageFloats, lane)) return;
-  for (int id = lane; id < rows * (D / 4); id += 32) {
-    const int r = id / (D / 4), c = (id % (D / 4)) * 4;
-    const attn::PlanRow row = p.rows[it.row_begin + r];
-    const int head = it.kv_head * group_size + row.group;
-    float4 o;
-    const float merged = merge_states_chunk(p.states, D, row.state_base + head, row.state_stride, columns, c, &o);
-    const std::int64_t qi = std::int64_t{row.token} * p.q_heads + head;
-    T* out = static_cast<T*>(p.out) + qi * D + c;
-    out[0] = ptx::from_float<T>(o.x), out[1] = ptx::from_float<T>(o.y);
-    out[2] = ptx::from_float<T>(o.z), out[3] = ptx::from_float<T>(o.w);
-    if (c == 0) p.out_lse[qi] = merged;
-  }
-}
-
 // One item of <= R rows (R: 1, 2, 4 or 8; the kernel picks the smallest that holds it, so an
 // MHA decode row does 1/8 of the arithmetic of a GQA group of 8).
 template <class T, int D, int R>
@@ -190,10 +165,9 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   int pre_col = -1;
   float pre_lse = -INFINITY, pre_o[Shape::kDims] = {};
   attn::PlanMergeGroup grp{0, 0};
-  const bool defer = p.overlap_work != nullptr;  // v21-overlap: write the state, merge later
   if constexpr (R == 1) {
     grp = p.groups[it.group];
-    if (grp.items == 1 && grp.columns == 2 && !defer) {
+    if (grp.items == 1 && grp.columns == 2) {
       pre_col = it.column == 0 ? 1 : 0;
       const attn::PlanRow row0 = p.rows[it.row_begin];  // lane 0's my_row; a broadcast load
       const std::int64_t e = row0.state_base + std::int64_t{pre_col} * row0.state_stride +
@@ -467,7 +441,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   // per-row loop was 2x slower than the ticket merge below (H200 call 16), so those keep it.
   if constexpr (R != 1) grp = p.groups[it.group];
   // (R <= 2 only: in the R = 4 / 8 paths the merge code raised the wide kernel's spills.)
-  if (!defer && grp.items == 1 && (grp.columns == 1 || (R <= 2 && grp.columns == 2))) {
+  if (grp.items == 1 && (grp.columns == 1 || (R <= 2 && grp.columns == 2))) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       if (r >= rows) break;
@@ -543,7 +517,6 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
     }
     if (lane == 0) p.states.lse[e] = lse[r];
   }
-  if (defer) return;  // (decode_overlapped merges once every item and the shared launch are done)
   // Ticket: lane 0 releases the warp's writes (ordered before it by __syncwarp).
   __syncwarp();
   int last = 0;
@@ -551,62 +524,22 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   last = __shfl_sync(0xffffffffu, last, 0);
   if (!last) return;
   __syncwarp();
-  merge_group_rows<T, D>(p, it, grp.columns, my_row, reinterpret_cast<float*>(sk), lane);
-}
-
-// v21-overlap: the suffix launch beside the shared launch. The runner launches this kernel as
-// the shared launch's programmatic dependent with a persistent grid while the shared launch
-// holds all but a few SMs; this kernel's blocks start on those and read the suffix keys while
-// the tensor cores elsewhere run the shared segments, and the rest of its blocks start as the
-// shared blocks finish. Each warp:
-//   1. takes items from a counter (work[0]) and writes each one's state to its column (no
-//      merge: decode_item with p.overlap_work set), then counts it done (work[1]);
-//   2. once every item is done (spinning briefly: the items still in flight belong to resident
-//      warps) and the shared launch has finished (wait_for_shared_launch: its states are
-//      visible), takes merge work (work[2]) over the items: the first suffix item of each merge
-//      group (column columns - items) merges the group's rows into the output.
-// Every block waits for the shared launch before it ends, so this grid's completion implies
-// the shared grid's. The last block (work[3]) zeroes the counters for the next launch.
-template <class T, int D, class RunItem>
-__device__ __forceinline__ void decode_overlapped(const PagedAttentionParams& p, RunItem& run_item, float* scratch,
-                                                  int lane) {
-  std::int32_t* work = p.overlap_work;
-  const int count = *p.item_count;
-  auto take = [&](std::int32_t* counter) {
-    int i = 0;
-    if (lane == 0) i = atomicAdd(counter, 1);
-    return __shfl_sync(0xffffffffu, i, 0);
-  };
-  for (int i = take(work); i < count; i = take(work)) {
-    run_item(p.items[i]);
-    __syncwarp();  // the lanes' state writes before lane 0's release
-    if (lane == 0) {
-      asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
-      atomicAdd(work + 1, 1);
-    }
-  }
-  if (lane == 0) {
-    int done = 0;
-    do {
-      asm volatile("ld.acquire.gpu.b32 %0, [%1];\n" : "=r"(done) : "l"(work + 1) : "memory");
-      if (done < count) __nanosleep(256);
-    } while (done < count);
-  }
-  __syncwarp();
-  __threadfence();  // (every lane: the other warps' states, which lane 0 acquired, before its loads)
-  wait_for_shared_launch();
-  for (int i = take(work + 2); i < count; i = take(work + 2)) {
-    const attn::PlanItem it = p.items[i];
-    const attn::PlanMergeGroup grp = p.groups[it.group];
-    if (it.column != grp.columns - grp.items) continue;  // not its group's first suffix item
-    attn::PlanRow my_row{0, 0, 0, 0, 0};
-    if (lane < it.row_count) my_row = p.rows[it.row_begin + lane];
-    merge_group_rows<T, D>(p, it, grp.columns, my_row, scratch, lane);
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
-    if (atomicAdd(work + 3, 1) == static_cast<int>(gridDim.x) - 1) work[0] = work[1] = work[2] = work[3] = 0;
+  // One row: merge_states_chunk already gives every lane one chunk (the reordering measured
+  // 0.86-0.94x at 40/40 one-key suffixes, session 5).
+  if (rows > 1 &&
+      merge_rows_in_warp<T, D>(p, it, rows, grp.columns, my_row, reinterpret_cast<float*>(sk), Shape::kStageFloats, lane))
+    return;
+  for (int id = lane; id < rows * (D / 4); id += 32) {
+    const int r = id / (D / 4), c = (id % (D / 4)) * 4;
+    const attn::PlanRow row = p.rows[it.row_begin + r];
+    const int head = it.kv_head * group_size + row.group;
+    float4 o;
+    const float merged = merge_states_chunk(p.states, D, row.state_base + head, row.state_stride, grp.columns, c, &o);
+    const std::int64_t qi = std::int64_t{row.token} * p.q_heads + head;
+    T* out = static_cast<T*>(p.out) + qi * D + c;
+    out[0] = ptx::from_float<T>(o.x), out[1] = ptx::from_float<T>(o.y);
+    out[2] = ptx::from_float<T>(o.z), out[3] = ptx::from_float<T>(o.w);
+    if (c == 0) p.out_lse[qi] = merged;
   }
 }
 
@@ -625,24 +558,18 @@ __global__ void __launch_bounds__(DecodeShape<T, D>::kThreads, MinBlocks) decode
   float* sp = sq + MaxRows * D;                                                         // [MaxRows][kChunk]
   T* sk = reinterpret_cast<T*>(sp + MaxRows * Shape::kChunk);                           // [kChunk][kKRow]
   T* sv = sk + Shape::kChunk * Shape::kKRow;                                            // [kChunk][D]
-  auto run_item = [&](const attn::PlanItem& it) {
-    if constexpr (MaxRows == 1) {  // the runner's choice guarantees row_count <= 1 here
-      decode_item<T, D, 1>(p, it, sq, sp, sk, sv, lane);
-    } else {
-      if (it.row_count <= 1) decode_item<T, D, 1>(p, it, sq, sp, sk, sv, lane);
-      else if (it.row_count <= 2) decode_item<T, D, 2>(p, it, sq, sp, sk, sv, lane);
-      else if (it.row_count <= 4) decode_item<T, D, 4>(p, it, sq, sp, sk, sv, lane);
-      else decode_item<T, D, 8>(p, it, sq, sp, sk, sv, lane);
-    }
-  };
-  if (p.overlap_work != nullptr) {
-    decode_overlapped<T, D>(p, run_item, reinterpret_cast<float*>(sk), lane);
-    return;
-  }
   const int item_index = blockIdx.x * Shape::kWarps + warp;
   if (item_index >= *p.item_count) return;
   wait_for_shared_launch();  // (split items write and merge states from the start)
-  run_item(p.items[item_index]);
+  const attn::PlanItem it = p.items[item_index];
+  if constexpr (MaxRows == 1) {  // the runner's choice guarantees row_count <= 1 here
+    decode_item<T, D, 1>(p, it, sq, sp, sk, sv, lane);
+  } else {
+    if (it.row_count <= 1) decode_item<T, D, 1>(p, it, sq, sp, sk, sv, lane);
+    else if (it.row_count <= 2) decode_item<T, D, 2>(p, it, sq, sp, sk, sv, lane);
+    else if (it.row_count <= 4) decode_item<T, D, 4>(p, it, sq, sp, sk, sv, lane);
+    else decode_item<T, D, 8>(p, it, sq, sp, sk, sv, lane);
+  }
 }
 
 }  // namespace hydragen::cuda

@@ -36,10 +36,6 @@ struct PagedAttentionParams {
   float* out_lse;  // [query_rows, Hq]
   int page_size, page_shift, kv_heads, q_heads;  // page_size = 1 << page_shift
   float scale_log2;
-  // v21-overlap (decode kernel only; nullptr: off): [items taken, items done, merge items
-  // taken, blocks done], zero between launches (the last block resets them). See
-  // decode_overlapped in decode_attention.cuh.
-  std::int32_t* overlap_work = nullptr;
 };
 
 // Pool token slot of token `tok` of a piece's page list (its page looked up in p.pages). 32

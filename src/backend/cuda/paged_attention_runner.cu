@@ -173,7 +173,6 @@ struct KernelPair {
   SuffixLaunchFn decode = nullptr;  // the suffix launch when set
   int decode_blocks_per_sm = 0;
   SuffixLaunchFn decode_narrow = nullptr;  // the decode kernel for one-row items only (3 blocks per SM)
-  int decode_narrow_blocks_per_sm = 0;
   // decode_quad.cuh (four lanes per item) for plans whose suffix items are lone one-row items
   // with few keys (quad_decode_keys): four keys in flight, or one.
   SuffixLaunchFn decode_quad4 = nullptr, decode_quad1 = nullptr;
@@ -255,7 +254,7 @@ KernelPair kernels_for(int shared_tile_rows) {
   use_wgmma_shared<T, D>(k, shared_tile_rows);
   k.decode = launch_decode<T, D, 2, 8>, k.decode_blocks_per_sm = prepare_decode<T, D, 2, 8>();
   k.decode_narrow = launch_decode<T, D, 3, 1>;
-  k.decode_narrow_blocks_per_sm = prepare_decode<T, D, 3, 1>();
+  prepare_decode<T, D, 3, 1>();
   k.decode_quad4 = launch_decode_quad<T, D, 4>;
   k.decode_quad1 = launch_decode_quad<T, D, 1>;
   return k;
@@ -284,17 +283,6 @@ int multiprocessors() {
   HG_CUDA_CHECK(cudaGetDevice(&device));
   HG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   return sms;
-}
-
-// HYDRAGEN_OVERLAP_SMS=k (v21-overlap, docs/perf-notes.md): SMs the shared launch leaves to the
-// suffix launch in plans with long enough suffixes (PlanOptions::overlap_full_tile_slots); 0 or
-// unset: off.
-int overlap_sms(int sms) {
-  const char* env = std::getenv("HYDRAGEN_OVERLAP_SMS");
-  if (env == nullptr) return 0;
-  const int k = std::atoi(env);
-  HG_CHECK(k >= 0 && k < sms, "HYDRAGEN_OVERLAP_SMS=", env, ": must be 0..", sms - 1, " (SMs left to the suffix launch)");
-  return k;
 }
 
 }  // namespace
@@ -344,8 +332,6 @@ attn::PlanOptions plan_options_for_device(DType dtype, int head_dim, AttentionMo
   const int sms = multiprocessors();
   options.shared_slots = sms * k.shared_blocks_per_sm;
   options.shared_full_tile_slots = k.shared_ws != nullptr ? sms * k.shared_ws_blocks_per_sm : 0;
-  if (const int free = overlap_sms(sms); free > 0 && k.shared_ws != nullptr)
-    options.overlap_full_tile_slots = (sms - free) * k.shared_ws_blocks_per_sm;
   options.suffix_slots = k.decode ? sms * k.decode_blocks_per_sm * kDecodeItemsPerBlock : sms * k.suffix_blocks_per_sm;
   // The decode kernel's suffix items: one row each where attn::one_row_suffix_items holds (e8).
   if (k.decode) options.suffix_tile_rows = attn::kSuffixTileRowsByRule;
@@ -399,10 +385,6 @@ struct PagedAttentionRunner::Impl {
   int decode_quad = 0;         // set by upload: quad_decode_keys
   int decode_quad_grid = 0;
   bool after_shared = false;   // HYDRAGEN_PDL=1 on sm_90+: the suffix launch is the shared launch's dependent
-  int sms = 0;
-  int overlap_sms = 0;          // HYDRAGEN_OVERLAP_SMS
-  bool overlap = false;         // set by upload: AttentionPlan::overlap, with the kernels it needs
-  std::int32_t* overlap_work = nullptr;  // decode_overlapped's counters
   std::int32_t* pages = nullptr;
   attn::PlanPiece* pieces = nullptr;
   attn::PlanRow* rows = nullptr;
@@ -428,10 +410,6 @@ PagedAttentionRunner::PagedAttentionRunner(DType dtype, int head_dim, int q_head
   m.dtype = dtype, m.head_dim = head_dim, m.q_heads = q_heads, m.kv_heads = kv_heads, m.capacity = capacity;
   m.kernels = select_kernels(dtype, head_dim, shared_tile_rows);
   const int sms = multiprocessors();
-  m.sms = sms;
-  m.overlap_sms = overlap_sms(sms);
-  m.overlap_work = device_array<std::int32_t>(4);
-  HG_CUDA_CHECK(cudaMemset(m.overlap_work, 0, 4 * sizeof(std::int32_t)));
   // Persistent grids: the item count is read on the device, so the launch shape is fixed.
   m.shared_grid = static_cast<int>(std::min<std::int64_t>(capacity.shared_items, sms * m.kernels.shared_blocks_per_sm));
   m.shared_ws_grid = static_cast<int>(std::min<std::int64_t>(capacity.shared_items, sms * m.kernels.shared_ws_blocks_per_sm));
@@ -474,7 +452,7 @@ PagedAttentionRunner::~PagedAttentionRunner() {
   for (void* p : {static_cast<void*>(m.pages), static_cast<void*>(m.pieces), static_cast<void*>(m.rows),
                   static_cast<void*>(m.shared_items), static_cast<void*>(m.suffix_items),
                   static_cast<void*>(m.groups), static_cast<void*>(m.counts), static_cast<void*>(m.arrivals),
-                  static_cast<void*>(m.state_o), static_cast<void*>(m.state_lse), static_cast<void*>(m.overlap_work)})
+                  static_cast<void*>(m.state_o), static_cast<void*>(m.state_lse)})
     cudaFree(p);
   if (m.staged != nullptr) cudaEventSynchronize(m.staged), cudaEventDestroy(m.staged);
   if (m.staging != nullptr) cudaFreeHost(m.staging);
@@ -500,10 +478,6 @@ void PagedAttentionRunner::upload(const attn::AttentionPlan& plan, void* stream)
   m.shared_ws = m.kernels.shared_ws != nullptr && (m.kernels.shared_ws_always || plan.shared_full_tiles);
   m.decode_narrow = decode_runs_narrow(suffix);
   m.decode_quad = m.suffix_decode ? quad_decode_keys(suffix) : 0;
-  // v21-overlap where the plan asks for it and its launches are the ones that can: the TMA
-  // shared kernel (it lets dependents start at once) and the decode kernel's warp builds.
-  m.overlap = plan.overlap && m.overlap_sms > 0 && m.shared_ws && m.suffix_decode && m.decode_quad == 0 &&
-              !plan.shared_items.empty();
   const std::int32_t counts[2] = {static_cast<std::int32_t>(plan.shared_items.size()),
                                   static_cast<std::int32_t>(plan.suffix_items.size())};
   // Synchronous copies from pageable memory, or (with a stream and HYDRAGEN_ASYNC_UPLOAD=1)
@@ -535,8 +509,7 @@ void PagedAttentionRunner::upload(const attn::AttentionPlan& plan, void* stream)
 
 int PagedAttentionRunner::launch_variant() const {
   return (impl_->suffix_decode ? 1 : 0) | (impl_->decode_narrow ? 2 : 0) | (impl_->shared_ws ? 4 : 0) |
-         (impl_->decode_quad != 0 ? 8 : 0) | (impl_->decode_quad == 1 ? 16 : 0) | (impl_->after_shared ? 32 : 0) |
-         (impl_->overlap ? 64 : 0);
+         (impl_->decode_quad != 0 ? 8 : 0) | (impl_->decode_quad == 1 ? 16 : 0) | (impl_->after_shared ? 32 : 0);
 }
 
 void PagedAttentionRunner::poison_states() {
@@ -562,25 +535,12 @@ void PagedAttentionRunner::run(const PagedAttentionArgs& args, void* stream, boo
   p.scale_log2 = scale * 1.4426950408889634f;
   if (m.shared_grid > 0) {
     p.items = m.shared_items, p.item_count = m.counts;
-    // v21-overlap: the shared launch on all but overlap_sms SMs (one block per SM).
-    const int ws_grid = m.overlap ? std::min(m.shared_ws_grid, (m.sms - m.overlap_sms) * m.kernels.shared_ws_blocks_per_sm)
-                                  : m.shared_ws_grid;
-    if (m.shared_ws) m.kernels.shared_ws(p, ws_grid, st);
+    if (m.shared_ws) m.kernels.shared_ws(p, m.shared_ws_grid, st);
     else m.kernels.shared(p, m.shared_grid, st);
     HG_CUDA_CHECK(cudaGetLastError());
   }
   if (shared_only || m.suffix_grid == 0) return;
   p.items = m.suffix_items, p.item_count = m.counts + 1;
-  if (m.overlap) {
-    // The decode kernel as the shared launch's dependent, persistent over every SM (its blocks
-    // start on the free SMs at once and on the others as the shared blocks finish): keys, then
-    // the merge after the shared launch (decode_overlapped).
-    p.overlap_work = m.overlap_work;
-    const int blocks = m.decode_narrow ? m.kernels.decode_narrow_blocks_per_sm : m.kernels.decode_blocks_per_sm;
-    (m.decode_narrow ? m.kernels.decode_narrow : m.kernels.decode)(p, m.sms * blocks, st, true);
-    HG_CUDA_CHECK(cudaGetLastError());
-    return;
-  }
   const bool pdl = m.after_shared && m.shared_grid > 0;
   if (m.decode_quad != 0)
     (m.decode_quad == 1 ? m.kernels.decode_quad1 : m.kernels.decode_quad4)(p, m.decode_quad_grid, st, pdl);

@@ -108,9 +108,7 @@ class PagedAttentionRunner {
   // Which kernels run() launches for the last uploaded plan (the suffix kernel and its width
   // are chosen per plan): a CUDA graph captured under one variant replays that variant.
   // Bits: 1 decode kernel (else mma), 2 its narrow build, 4 the TMA shared kernel, 8 a quad
-  // decode build, 16 its one-key build, 32 the suffix launch a dependent of the shared one (PDL),
-  // 64 the suffix launch beside the shared one (v21-overlap: AttentionPlan::overlap under
-  // HYDRAGEN_OVERLAP_SMS).
+  // decode build, 16 its one-key build, 32 the suffix launch a dependent of the shared one (PDL).
   int launch_variant() const;
   // Fills the partial-state buffers with NaN (tests: every read entry must be written).
   void poison_states();
