@@ -54,16 +54,22 @@ Tensor random_f32(std::vector<std::int64_t> shape, std::uint64_t stream, float s
 
 constexpr double kMaxNmse = 1e-4;  // bf16 output rounding alone is ~1e-5
 
+// The 16-byte kernel's three widths (hidden <= 4096, <= 8192, <= 16384 with hidden % 8 == 0)
+// and the scalar kernel (1001: rows not 16-byte aligned; 16392: wider than the 16-byte
+// kernel holds), with and without a delta; outputs poisoned first.
 TEST(CudaModelOps, AddRmsNormMatchesCpu) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA
-  for (std::int64_t hidden : {64, 1000, 4096}) {
-    Tensor x = random_f32({7, hidden}, 1), delta = random_f32({7, hidden}, 2), weight = random_f32({hidden}, 3);
-    Tensor residual = to_cuda_bf16(x), out = Tensor::empty({7, hidden}, DType::bf16, Device::cuda);
-    cuda::add_rms_norm(residual, to_cuda_bf16(delta), to_cuda_bf16(weight), 1e-5f, out);
-    add_into(x, delta);
-    EXPECT_LT(nmse(to_cpu_f32(residual), x), kMaxNmse) << hidden;
-    EXPECT_LT(nmse(to_cpu_f32(out), rms_norm(x, weight, 1e-5f)), kMaxNmse) << hidden;
+  for (std::int64_t hidden : {64, 1000, 1001, 4096, 5120, 16384, 16392}) {
+    for (const bool with_delta : {true, false}) {
+      Tensor x = random_f32({7, hidden}, 1), delta = random_f32({7, hidden}, 2), weight = random_f32({hidden}, 3);
+      Tensor residual = to_cuda_bf16(x), out = Tensor::empty({7, hidden}, DType::bf16, Device::cuda);
+      ASSERT_EQ(cudaMemset(out.raw(), 0xff, out.bytes()), cudaSuccess);
+      cuda::add_rms_norm(residual, with_delta ? to_cuda_bf16(delta) : Tensor{}, to_cuda_bf16(weight), 1e-5f, out);
+      if (with_delta) add_into(x, delta);
+      EXPECT_LT(nmse(to_cpu_f32(residual), x), kMaxNmse) << hidden << " delta " << with_delta;
+      EXPECT_LT(nmse(to_cpu_f32(out), rms_norm(x, weight, 1e-5f)), kMaxNmse) << hidden << " delta " << with_delta;
+    }
   }
 #endif
 }
@@ -137,12 +143,12 @@ void check_rope_append_kv(std::int64_t head_dim) {
 }
 #endif
 
-// Head dims 128 and 64 (pairs that divide the 256-thread block) and 80 (40 pairs: a block of
-// 240 threads).
+// Head dims 128, 64 and 80 (the 16-byte kernel: head_dim % 16 == 0) and 72 (the scalar
+// kernel: 36 pairs, a block of 252 threads).
 TEST(CudaModelOps, RopeAppendKvMatchesCpu) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA
-  for (const std::int64_t head_dim : {128, 64, 80}) check_rope_append_kv(head_dim);
+  for (const std::int64_t head_dim : {128, 64, 80, 72}) check_rope_append_kv(head_dim);
 #endif
 }
 
