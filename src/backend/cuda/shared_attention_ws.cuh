@@ -5,7 +5,8 @@
 // goes to its column of the partial-state buffer), organised the way FlashAttention-3 is:
 //   - one block of 3 warpgroups per SM. Warpgroup 0 is the producer: it reads the page table
 //     and copies K and V into a ring of kStages stages with cp.async, 128 keys (two plan
-//     pieces) per stage, and needs few registers (setmaxnreg down to kProducerRegs).
+//     pieces) per stage, and needs few registers (setmaxnreg down to kProducerRegs). With TMA
+//     copies (WsLoads::kTma) its warp 0 fills the stages and warps 1..3 copy each item's Q.
 //     Warpgroups 1 and 2 are the consumers, 64 query rows each, at kConsumerRegs registers.
 //   - per stage two mbarriers: `full` (each producer warp's lane 0 arrives once the warp's
 //     copies of the stage have landed: cp.async.wait_group and fence.proxy.async by every lane
@@ -120,7 +121,7 @@ __global__ void __launch_bounds__(384, 1)
     const T* kp = static_cast<const T*>(p.k_pool);
     const T* vp = static_cast<const T*>(p.v_pool);
     const int c = tid % 16;        // this thread's 16-byte chunk of every key row it copies
-    const int key0 = tid / 16;     // its keys of a piece: key0 + 8 i, i < 8 (lookup)
+    const int key0 = tid / 16;     // its first key of a piece (copy_piece: then every kStageCopiers / 16)
     int issued = 0, pending_stage = -1;
     // Pieces of block pi / 2 (tokens 0 past the item's pieces).
     auto load_pieces = [&](const attn::PlanItem& it, int pi, attn::PlanPiece (&pc)[2]) {
