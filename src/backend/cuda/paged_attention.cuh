@@ -36,9 +36,6 @@ struct PagedAttentionParams {
   float* out_lse;  // [query_rows, Hq]
   int page_size, page_shift, kv_heads, q_heads;  // page_size = 1 << page_shift
   float scale_log2;
-  // The TMA shared kernel's sleep between tries of a wait, ns: its Q loader warps (for the
-  // consumers to release the Q tile) and its producer warp (for a free stage); 0 spins.
-  int loader_sleep_ns = 0, producer_sleep_ns = 0;
 };
 
 // Pool token slot of token `tok` of a piece's page list (its page looked up in p.pages). 32

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -279,10 +278,6 @@ E* device_array(std::int64_t count) {
   return static_cast<E*>(p);
 }
 
-// v22-backoff defaults: the Q loader sleeps between tries of its wait for the Q tile (it waits
-// a whole item); the producer spins (it must refill a freed stage at once).
-constexpr int kLoaderSleepNs = 500, kProducerSleepNs = 0;
-
 int multiprocessors() {
   int device = 0, sms = 0;
   HG_CUDA_CHECK(cudaGetDevice(&device));
@@ -390,9 +385,6 @@ struct PagedAttentionRunner::Impl {
   int decode_quad = 0;         // set by upload: quad_decode_keys
   int decode_quad_grid = 0;
   bool after_shared = false;   // HYDRAGEN_PDL=1 on sm_90+: the suffix launch is the shared launch's dependent
-  // The TMA shared kernel's waits (PagedAttentionParams::loader_sleep_ns, producer_sleep_ns;
-  // docs/perf-notes.md v22-backoff); HYDRAGEN_WS_SLEEP_NS=LOADER,PRODUCER overrides.
-  int loader_sleep_ns = kLoaderSleepNs, producer_sleep_ns = kProducerSleepNs;
   std::int32_t* pages = nullptr;
   attn::PlanPiece* pieces = nullptr;
   attn::PlanRow* rows = nullptr;
@@ -436,11 +428,6 @@ PagedAttentionRunner::PagedAttentionRunner(DType dtype, int head_dim, int q_head
   m.state_o = device_array<float>(capacity.state_entries * head_dim);
   m.state_lse = device_array<float>(capacity.state_entries);
   HG_CUDA_CHECK(cudaMemset(m.counts, 0, 2 * sizeof(std::int32_t)));
-  if (const char* env = std::getenv("HYDRAGEN_WS_SLEEP_NS")) {
-    HG_CHECK(std::sscanf(env, "%d,%d", &m.loader_sleep_ns, &m.producer_sleep_ns) == 2 && m.loader_sleep_ns >= 0 &&
-                 m.producer_sleep_ns >= 0 && m.loader_sleep_ns <= 1000000 && m.producer_sleep_ns <= 1000000,
-             "HYDRAGEN_WS_SLEEP_NS=", env, ": expected LOADER,PRODUCER nanoseconds (0..1000000 each)");
-  }
   if (const char* env = std::getenv("HYDRAGEN_PDL"); env != nullptr && std::string(env) == "1") {
     int device = 0, major = 0;
     HG_CUDA_CHECK(cudaGetDevice(&device));
@@ -546,7 +533,6 @@ void PagedAttentionRunner::run(const PagedAttentionArgs& args, void* stream, boo
   p.page_size = args.page_size, p.kv_heads = m.kv_heads, p.q_heads = m.q_heads;
   const float scale = args.scale > 0 ? args.scale : 1.f / std::sqrt(static_cast<float>(m.head_dim));
   p.scale_log2 = scale * 1.4426950408889634f;
-  p.loader_sleep_ns = m.loader_sleep_ns, p.producer_sleep_ns = m.producer_sleep_ns;
   if (m.shared_grid > 0) {
     p.items = m.shared_items, p.item_count = m.counts;
     if (m.shared_ws) m.kernels.shared_ws(p, m.shared_ws_grid, st);

@@ -181,7 +181,7 @@ __global__ void __launch_bounds__(384, 1)
               src[j] = (std::int64_t{row.token} * p.q_heads + it.kv_head * group_size + row.group) * D;
             }
           }
-          if (k > 0) wgmma::mbar_wait_backoff(q_free_addr, (k - 1) & 1, p.loader_sleep_ns);  // the consumers are done with the last Q
+          if (k > 0) wgmma::mbar_wait(q_free_addr, (k - 1) & 1);  // the consumers are done with the last Q
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
             const int r = lt + Tile::kQLoaders * j;
@@ -227,7 +227,7 @@ __global__ void __launch_bounds__(384, 1)
           const int next_slot = box_slot(next);
           const int stage = issued % Tile::kStages;
           const std::uint32_t full = full_addr + 8 * stage;
-          wgmma::mbar_wait_backoff(empty_addr + 8 * stage, ((issued / Tile::kStages) & 1) ^ 1, p.producer_sleep_ns);
+          wgmma::mbar_wait(empty_addr + 8 * stage, ((issued / Tile::kStages) & 1) ^ 1);
           unsigned char* sk = skv + stage * Tile::kStageBytes;
           const bool w0 = whole(pc[0]), w1 = whole(pc[1]);
           if (warp == 0 && (w0 || w1)) {

@@ -101,25 +101,6 @@ __device__ __forceinline__ void mbar_wait(std::uint32_t addr, int parity) {
       "{\n.reg .pred done;\nWAIT_%=:\nmbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n"
       "@!done bra WAIT_%=;\n}\n" ::"r"(addr), "r"(parity) : "memory");
 }
-// mbar_wait for a warp with nothing else to do (the shared kernel's producer and Q loader): it
-// sleeps `ns` nanoseconds between tries (0: mbar_wait), so that its spinning does not take
-// issue slots from the consumers on the same scheduler (docs/perf-notes.md v22-backoff).
-__device__ __forceinline__ void mbar_wait_backoff(std::uint32_t addr, int parity, int ns) {
-  if (ns <= 0) {
-    mbar_wait(addr, parity);
-    return;
-  }
-  for (;;) {
-    std::uint32_t done = 0;
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(addr), "r"(parity)
-        : "memory");
-    if (done != 0) return;
-    __nanosleep(static_cast<unsigned>(ns));
-  }
-}
 // Adds `bytes` to the transaction count the current phase waits for (no arrival).
 __device__ __forceinline__ void mbar_expect_tx(std::uint32_t addr, int bytes) {
   asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(addr), "r"(bytes) : "memory");
