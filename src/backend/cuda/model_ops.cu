@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -30,6 +31,14 @@ const bf16_t* cdata(const Tensor& t) { return static_cast<const bf16_t*>(t.raw()
 bf16_t* mdata(Tensor& t) { return static_cast<bf16_t*>(t.raw()); }
 
 int blocks_for(std::int64_t n, int threads) { return static_cast<int>((n + threads - 1) / threads); }
+
+// Whether every pointer (nullptr counts as aligned) is 16-byte aligned: the kernels with
+// 16-byte accesses need it.
+bool aligned16(std::initializer_list<const void*> pointers) {
+  for (const void* p : pointers)
+    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
 
 // Sum over the block; every thread gets the result. blockDim.x is a multiple of 32, <= 1024.
 __device__ float block_sum(float value) {
@@ -305,8 +314,7 @@ void add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& weight, f
            "], got weight ", weight.shape_str(), " out ", out.shape_str());
   if (rows == 0) return;
   const bf16_t* d = delta.defined() ? cdata(delta) : nullptr;
-  const bool aligned = (reinterpret_cast<std::uintptr_t>(residual.raw()) | reinterpret_cast<std::uintptr_t>(weight.raw()) |
-                        reinterpret_cast<std::uintptr_t>(out.raw()) | reinterpret_cast<std::uintptr_t>(d)) % 16 == 0;
+  const bool aligned = aligned16({residual.raw(), weight.raw(), out.raw(), d});
   const auto grid = static_cast<unsigned>(rows);
   if (hidden % 8 == 0 && aligned && hidden <= 16 * 8 * kNormThreads) {
     auto launch = [&](auto kernel) {
@@ -349,9 +357,8 @@ void rope_append_kv(Tensor& qkv, std::int64_t q_heads, std::int64_t kv_heads, co
   }
   const int half = static_cast<int>(head_dim / 2);
   if (rows == 0 || half == 0) return;
-  auto at16 = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
-  if (head_dim % 16 == 0 && at16(qkv.raw()) && at16(k_cache.raw()) && at16(v_cache.raw()) &&
-      (q_out == nullptr || at16(q_out->raw()))) {
+  if (head_dim % 16 == 0 &&
+      aligned16({qkv.raw(), k_cache.raw(), v_cache.raw(), q_out != nullptr ? q_out->raw() : nullptr})) {
     rope_append_kv_vec8_kernel<<<static_cast<unsigned>(rows), kThreads, 2 * half * sizeof(float), as_stream(stream)>>>(
         mdata(qkv), static_cast<int>(q_heads), static_cast<int>(kv_heads), static_cast<int>(head_dim),
         positions.data<int>(), inv_freq.data<float>(), slots.data<int>(), mdata(k_cache), mdata(v_cache),
@@ -376,9 +383,7 @@ void silu_mul(const Tensor& gate_up, Tensor& out, void* stream) {
   HG_CHECK(out.size(0) == rows && gate_up.size(1) == 2 * inter, "silu_mul: gate_up must be [rows, 2 x inter] for out ",
            out.shape_str(), ", got ", gate_up.shape_str());
   if (rows * inter == 0) return;
-  const bool aligned = (reinterpret_cast<std::uintptr_t>(gate_up.raw()) | reinterpret_cast<std::uintptr_t>(out.raw())) %
-                           16 == 0;
-  if (inter % 8 == 0 && aligned && rows <= 65535 && inter <= (std::int64_t{1} << 30)) {
+  if (inter % 8 == 0 && aligned16({gate_up.raw(), out.raw()}) && rows <= 65535 && inter <= (std::int64_t{1} << 30)) {
     const dim3 grid(static_cast<unsigned>(blocks_for(inter / 8, kThreads)), static_cast<unsigned>(rows));
     silu_mul_vec8_kernel<<<grid, kThreads, 0, as_stream(stream)>>>(cdata(gate_up), mdata(out), static_cast<int>(inter));
   } else {
@@ -457,7 +462,7 @@ void copy_slots(const Tensor& src_slots, const Tensor& dst_slots, Tensor& pool, 
   auto grid = [&](std::int64_t chunks) {
     return static_cast<unsigned>(std::min<std::int64_t>((pairs * chunks + kThreads - 1) / kThreads, 4096));
   };
-  if (row_bytes % 16 == 0 && reinterpret_cast<std::uintptr_t>(pool.raw()) % 16 == 0) {
+  if (row_bytes % 16 == 0 && aligned16({pool.raw()})) {
     const std::int64_t chunks = row_bytes / 16;
     copy_slots_kernel<<<grid(chunks), kThreads, 0, as_stream(stream)>>>(src, dst, pairs, slots, chunks,
                                                                         static_cast<uint4*>(pool.raw()));
