@@ -124,6 +124,12 @@ __device__ __forceinline__ int row_key_limits(const PagedAttentionParams& p, con
   return min(limit[0], limit[1]);
 }
 
+// Partial entry of a row's state in an item's column.
+__device__ __forceinline__ std::int64_t row_state_entry(const attn::PlanItem& it, const attn::PlanRow& row,
+                                                        int group_size) {
+  return row.state_base + std::int64_t{it.column} * row.state_stride + it.kv_head * group_size + row.group;
+}
+
 // Partial entries of the same two rows' states in the item's column (-1 past the item's rows;
 // entries fit in 32 bits: build_attention_plan checks).
 __device__ __forceinline__ void tile_state_entries(const PagedAttentionParams& p, const attn::PlanItem& it, int r0,
@@ -131,8 +137,7 @@ __device__ __forceinline__ void tile_state_entries(const PagedAttentionParams& p
   for (int h = 0; h < 2; ++h) {
     entry[h] = -1;
     if (r0 + 8 * h < it.row_count) {
-      const attn::PlanRow row = p.rows[it.row_begin + r0 + 8 * h];
-      entry[h] = row.state_base + it.column * row.state_stride + it.kv_head * group_size + row.group;
+      entry[h] = static_cast<int>(row_state_entry(it, p.rows[it.row_begin + r0 + 8 * h], group_size));
     }
   }
 }
@@ -200,7 +205,7 @@ __device__ __forceinline__ void write_tile_states(const PagedAttentionParams& p,
     std::int64_t entry = -1;
     if (r0 + 8 * h < it.row_count) {
       const attn::PlanRow row = p.rows[it.row_begin + r0 + 8 * h];
-      entry = row.state_base + std::int64_t{it.column} * row.state_stride + it.kv_head * group_size + row.group;
+      entry = row_state_entry(it, row, group_size);
     }
     write_row_state(p, entry, o, m, l, h, lane);
   }
