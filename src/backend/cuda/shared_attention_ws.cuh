@@ -328,10 +328,8 @@ __global__ void __launch_bounds__(384, 1)
   for (int item_index = blockIdx.x; item_index < item_count; item_index += gridDim.x, ++k) {
     const int next_index = item_index + gridDim.x;
     attn::PlanItem next{};
-    bool next_read = false;
     auto read_next = [&] {
       if (next_index < item_count) next = p.items[next_index];
-      next_read = true;
     };
     // This consumer's S reads of the Q tile are done (every warp's: the barrier); the loader may
     // copy the next item's rows once both consumers say so.
@@ -467,7 +465,7 @@ __global__ void __launch_bounds__(384, 1)
     }
 
     write_tile_states(p, entry, o, m, l, lane);
-    if (!next_read) read_next();
+    if (!QLoader || it.piece_count == 0) read_next();  // (else read under the last P.V)
     it = next;
   }
 #endif
