@@ -547,6 +547,66 @@ TEST(CudaAttention, NarrowAndWideDecodeKernelsMatchReference) {
 #endif
 }
 
+// The decode kernel's merges of many columns (decode_merge.cuh): suffix items alone in their
+// group merging in line with 3..32 shared columns (lse fetched under the keys) and with more;
+// GQA items (4 and 8 rows) likewise; split suffixes' last arrivals over hundreds of columns,
+// staged through shared memory, and past what the scratch holds (d 64, 8 rows: the chunked
+// fallback). Each trial checks that its plan has the columns it is meant to cover.
+TEST(CudaAttention, DecodeMergesOfManyColumnsMatchReference) {
+  SKIP_WITHOUT_GPU();
+#ifdef HYDRAGEN_WITH_CUDA
+  Rng rng;
+  SCOPED_TRACE(rng.trace());
+  const ScopedEnv suffix_env("HYDRAGEN_SUFFIX_KERNEL", "decode");
+  const ScopedEnv kernel_env("HYDRAGEN_DECODE_KERNEL", "warp");
+  struct Trial {
+    AttentionMode mode;
+    int groups, head_dim, batch;
+    std::int64_t segment, suffix;
+    int min_columns, max_columns;  // the plan's widest merge group must fall in this range
+  };
+  const Trial trials[] = {
+      {AttentionMode::hydragen, 1, 128, 3, 2000, 40, 3, 32},     // one row, lse early
+      {AttentionMode::hydragen, 1, 64, 3, 9000, 40, 33, 120},    // one row, past 32 columns
+      {AttentionMode::hydragen, 4, 128, 2, 5000, 70, 3, 80},     // 4-row items in line
+      {AttentionMode::hydragen, 8, 64, 2, 5000, 9, 3, 80},       // 8-row items in line
+      {AttentionMode::paged, 8, 128, 1, 0, 40000, 217, 400},     // split suffix: staged last arrival
+      {AttentionMode::paged, 8, 64, 1, 0, 40000, 217, 400},      // past the scratch: chunked merge
+  };
+  for (const Trial& t : trials) {
+    testing::PagedShape shape;
+    shape.page_size = 64;
+    shape.head_dim = t.head_dim;
+    shape.groups = t.groups;
+    shape.kv_heads = 2;
+    shape.batch = t.batch;
+    shape.segment_lengths = {t.segment};
+    shape.suffix_lengths = {t.suffix};
+    shape.round_to_bf16 = true;
+    const testing::PagedCase c = testing::random_paged_case(shape, rng);
+    attn::PlanOptions options = cuda::plan_options_for_device(DType::bf16, shape.head_dim, t.mode, true);
+    options.min_sharers_to_stack = 1, options.min_segment_tokens_to_stack = 1;
+    options.fold_when_stacking_saves_little = false;
+    options.shared_min_split_tokens = options.shared_short_split_tokens = 128;
+    options.shared_slots = options.shared_full_tile_slots = options.suffix_slots = 1 << 20;
+    options.suffix_min_split_tokens = 128;
+    options.suffix_tile_rows = attn::kSuffixTileRows;
+    const attn::AttentionPlan plan = attn::build_attention_plan(c.layout, options);
+    const std::string what = concat(mode_name(t.mode), " G ", t.groups, " d ", t.head_dim, " batch ", t.batch,
+                                    " segment ", t.segment, " suffix ", t.suffix, " columns ", plan.max_columns);
+    EXPECT_GE(plan.max_columns, t.min_columns) << what;
+    EXPECT_LE(plan.max_columns, t.max_columns) << what;
+    const AttentionState ref = reference_tree_attention(c.tree, c.q);
+    for (const char* width : {"HYDRAGEN_DECODE_NARROW", "HYDRAGEN_DECODE_WIDE"}) {
+      const ScopedEnv env(width, "1");
+      const AttentionState got = run_on_device(c, plan, options.shared_tile_rows);
+      EXPECT_LE(relative_norm_error(got.o, ref.o), 5e-3) << what << " " << width;
+      expect_lse_near(got.lse, ref.lse, concat(what, " ", width));
+    }
+  }
+#endif
+}
+
 #ifdef HYDRAGEN_WITH_CUDA
 // A plan of B sequences under one segment of `context` tokens, `suffix` own tokens each.
 attn::AttentionPlan one_segment_plan(int batch, int kv_heads, int q_heads, std::int64_t context, std::int64_t suffix,

@@ -159,19 +159,35 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
     return lane < pc.tokens - first ? pool_slot(p, pc, pc.token_begin + first + lane) : 0;
   };
   auto slot_offset = [&](int slot) { return (std::int64_t{slot} * p.kv_heads + it.kv_head) * D; };
-  // One row merging with one shared state (MHA decode: no split, one stacked column): fetch
-  // the merge group and that state now so their latency overlaps the K/V chain below. (Only
-  // for R = 1: for R >= 2 the live registers through the loop made the wide kernel spill more.)
+  // The shared launch's states, read only after wait_for_shared_launch (this launch is the
+  // shared one's programmatic dependent, so its blocks may start on SMs the shared grid leaves
+  // free and stream their keys before that grid is done; docs/perf-notes.md v23). One row
+  // merging with one shared state (MHA decode: no split, one stacked column) fetches that
+  // state, and one row alone in a group of 3..32 columns fetches the columns' lse (lane c
+  // column c, merge_rows_staged's early_lse), once its first chunk's keys are in flight, so
+  // their latency overlaps the K/V chain. (Only for R = 1: for R >= 2 the live registers
+  // through the loop made the wide kernel spill more; those wait after their keys.)
   int pre_col = -1;
   float pre_lse = -INFINITY, pre_o[Shape::kDims] = {};
   attn::PlanMergeGroup grp{0, 0};
-  if constexpr (R == 1) {
-    grp = p.groups[it.group];
-    if (grp.items == 1 && grp.columns == 2) {
-      pre_col = it.column == 0 ? 1 : 0;
+  if constexpr (R == 1) grp = p.groups[it.group];  // (plan data: no wait)
+  float early_lse = -INFINITY;
+  bool have_early = false, fetched = false;
+  auto fetch_shared_states = [&] {
+    fetched = true;
+    wait_for_shared_launch();
+    if constexpr (R == 1) {
+      if (grp.items != 1 || grp.columns < 2 || grp.columns > 32) return;
       const attn::PlanRow row0 = p.rows[it.row_begin];  // lane 0's my_row; a broadcast load
-      const std::int64_t e = row0.state_base + std::int64_t{pre_col} * row0.state_stride +
-                             std::int64_t{it.kv_head} * group_size + row0.group;
+      const std::int64_t head_entry = row0.state_base + std::int64_t{it.kv_head} * group_size + row0.group;
+      if (grp.columns > 2) {
+        have_early = true;
+        if (lane < grp.columns && lane != it.column)
+          early_lse = __ldcg(p.states.lse + head_entry + std::int64_t{lane} * row0.state_stride);
+        return;
+      }
+      pre_col = it.column == 0 ? 1 : 0;
+      const std::int64_t e = head_entry + std::int64_t{pre_col} * row0.state_stride;
       pre_lse = __ldcg(p.states.lse + e);
       if constexpr (Shape::kDims == 4) {
         const float4 v = __ldcg(reinterpret_cast<const float4*>(p.states.o + e * D + lane * 4));
@@ -181,7 +197,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
         pre_o[0] = v.x, pre_o[1] = v.y;
       }
     }
-  }
+  };
   // The tensor-core path (items of 3-8 rows; see the file comment). Lane (fg, ft) = (lane / 4,
   // lane % 4) holds, per 16-key tile of a chunk, the scores of keys 16 mt + fg (+ 8) for rows
   // 2 ft and 2 ft + 1, and of O^T the dims 16 mt + fg (+ 8) of the same two rows.
@@ -276,6 +292,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
       }
       ptx::cp_async_commit();
     }
+    if (R == 1 && !fetched) fetch_shared_states();  // under the first chunk's keys
     if (ci + 1 < chunks) {
       if ((ci & 1) == 1) next_piece = p.pieces[it.piece_begin + (ci + 1) / 2];
       next_slot = key_slot(next_piece, ((ci + 1) & 1) * Shape::kChunk);
@@ -398,6 +415,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
     }
   }
 
+  if (!fetched) fetch_shared_states();
   if constexpr (kMma) {
     // The mma layout -> the scalar path's (acc[r][i]: row r, dims lane * DL + i; m and l
     // whole rows), through shared memory: O^T into the Q slice, m and l per row into the p
@@ -436,11 +454,9 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
     lse[r] = sum > 0.f ? (m[r] + __log2f(sum)) * 0.69314718056f : -INFINITY;
   }
 
-  // The only suffix item of its rows and at most one other state (one unsplit stacked column):
-  // merge here. With many shared columns (a split prefix: 32/8 B=16 16K has 33) this serial
-  // per-row loop was 2x slower than the ticket merge below (H200 call 16), so those keep it.
+  // The only suffix item of its rows and at most one other state (one unsplit stacked column;
+  // R <= 2, whose other state was fetched under the keys): merge in registers here.
   if constexpr (R != 1) grp = p.groups[it.group];
-  // (R <= 2 only: in the R = 4 / 8 paths the merge code raised the wide kernel's spills.)
   if (grp.items == 1 && (grp.columns == 1 || (R <= 2 && grp.columns == 2))) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -501,34 +517,48 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
     }
     return;
   }
+  // Otherwise the merge goes through shared memory (merge_rows_staged): in line when the item
+  // is alone in its group (no state write, fence or ticket), else by the group's last arrival.
+  constexpr int kScratch = DecodeShape<T, D>::stage_floats(R);
+  float* scratch = reinterpret_cast<float*>(sk);
+  const bool staged = staged_merge_columns(R, grp.columns, D, kScratch) >= 1;
+  const bool in_line = grp.items == 1 && staged;
+  if (!in_line) {
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    if (r >= rows) break;
-    const int g = __shfl_sync(0xffffffffu, my_row.group, r);
-    const int stride = __shfl_sync(0xffffffffu, my_row.state_stride, r);
-    const int base = __shfl_sync(0xffffffffu, my_row.state_base, r);
-    const std::int64_t e = base + std::int64_t{it.column} * stride + it.kv_head * group_size + g;
-    float* o = p.states.o + e * D + lane * DL;
-    if constexpr (DL == 4) {
-      *reinterpret_cast<float4*>(o) =
-          make_float4(acc[r][0] * inv[r], acc[r][1] * inv[r], acc[r][2] * inv[r], acc[r][3] * inv[r]);
-    } else {
-      *reinterpret_cast<float2*>(o) = make_float2(acc[r][0] * inv[r], acc[r][1] * inv[r]);
+    for (int r = 0; r < R; ++r) {
+      if (r >= rows) break;
+      const int g = __shfl_sync(0xffffffffu, my_row.group, r);
+      const int stride = __shfl_sync(0xffffffffu, my_row.state_stride, r);
+      const int base = __shfl_sync(0xffffffffu, my_row.state_base, r);
+      const std::int64_t e = base + std::int64_t{it.column} * stride + it.kv_head * group_size + g;
+      float* o = p.states.o + e * D + lane * DL;
+      if constexpr (DL == 4) {
+        *reinterpret_cast<float4*>(o) =
+            make_float4(acc[r][0] * inv[r], acc[r][1] * inv[r], acc[r][2] * inv[r], acc[r][3] * inv[r]);
+      } else {
+        *reinterpret_cast<float2*>(o) = make_float2(acc[r][0] * inv[r], acc[r][1] * inv[r]);
+      }
+      if (lane == 0) p.states.lse[e] = lse[r];
     }
-    if (lane == 0) p.states.lse[e] = lse[r];
+    // Ticket: lane 0 releases the warp's writes (ordered before it by __syncwarp).
+    __syncwarp();
+    int last = 0;
+    if (lane == 0) last = take_merge_ticket(p.group_arrivals + it.group, grp.items);
+    last = __shfl_sync(0xffffffffu, last, 0);
+    if (!last) return;
+    __syncwarp();
+  } else {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int i = 0; i < DL; ++i) acc[r][i] *= inv[r];
   }
-  // Ticket: lane 0 releases the warp's writes (ordered before it by __syncwarp).
-  __syncwarp();
-  int last = 0;
-  if (lane == 0) last = take_merge_ticket(p.group_arrivals + it.group, grp.items);
-  last = __shfl_sync(0xffffffffu, last, 0);
-  if (!last) return;
-  __syncwarp();
-  // One row: merge_states_chunk already gives every lane one chunk (the reordering measured
-  // 0.86-0.94x at 40/40 one-key suffixes, session 5).
-  if (rows > 1 &&
-      merge_rows_in_warp<T, D>(p, it, rows, grp.columns, my_row, reinterpret_cast<float*>(sk), Shape::kStageFloats, lane))
+  if (staged) {
+    merge_rows_staged<T, D, R>(p, it, rows, grp.columns, in_line ? it.column : -1, acc, lse, early_lse,
+                               in_line && have_early, my_row, scratch, kScratch, lane);
     return;
+  }
+  // Too many columns for the scratch: every lane merges (row, 4 dims) chunks from the buffer.
   for (int id = lane; id < rows * (D / 4); id += 32) {
     const int r = id / (D / 4), c = (id % (D / 4)) * 4;
     const attn::PlanRow row = p.rows[it.row_begin + r];
@@ -559,8 +589,7 @@ __global__ void __launch_bounds__(DecodeShape<T, D>::kThreads, MinBlocks) decode
   T* sk = reinterpret_cast<T*>(sp + MaxRows * Shape::kChunk);                           // [kChunk][kKRow]
   T* sv = sk + Shape::kChunk * Shape::kKRow;                                            // [kChunk][D]
   const int item_index = blockIdx.x * Shape::kWarps + warp;
-  if (item_index >= *p.item_count) return;
-  wait_for_shared_launch();  // (split items write and merge states from the start)
+  if (item_index >= *p.item_count) return;  // (plan data: written before the shared launch)
   const attn::PlanItem it = p.items[item_index];
   if constexpr (MaxRows == 1) {  // the runner's choice guarantees row_count <= 1 here
     decode_item<T, D, 1>(p, it, sq, sp, sk, sv, lane);
