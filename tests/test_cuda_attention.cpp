@@ -547,11 +547,11 @@ TEST(CudaAttention, NarrowAndWideDecodeKernelsMatchReference) {
 #endif
 }
 
-// The decode kernel's merges of many columns (decode_merge.cuh): suffix items alone in their
-// group merging in line with 3..32 shared columns (lse fetched under the keys) and with more;
-// GQA items (4 and 8 rows) likewise; split suffixes' last arrivals over hundreds of columns,
-// staged through shared memory, and past what the scratch holds (d 64, 8 rows: the chunked
-// fallback). Each trial checks that its plan has the columns it is meant to cover.
+// The decode kernel's merges of many columns (decode_merge.cuh), each path: one-row items alone
+// in their group with 3..32 columns (in registers, the lse fetched under the keys) and with
+// more (ticket, chunked merge); a one-row split suffix's last arrival (in registers, from the
+// buffer); 4- and 8-row groups' last arrivals (batched). Each trial checks that its plan has
+// the columns it is meant to cover.
 TEST(CudaAttention, DecodeMergesOfManyColumnsMatchReference) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA
@@ -566,13 +566,14 @@ TEST(CudaAttention, DecodeMergesOfManyColumnsMatchReference) {
     int min_columns, max_columns;  // the plan's widest merge group must fall in this range
   };
   const Trial trials[] = {
-      {AttentionMode::hydragen, 1, 128, 3, 2000, 40, 3, 32},     // one row, lse early
-      {AttentionMode::hydragen, 1, 64, 3, 9000, 40, 33, 120},    // one row, past 32 columns
-      {AttentionMode::hydragen, 4, 128, 2, 5000, 70, 3, 80},     // 4-row items in line
-      {AttentionMode::hydragen, 8, 64, 2, 5000, 9, 3, 80},       // 8-row items in line
-      {AttentionMode::paged, 8, 128, 1, 0, 40000, 217, 400},     // split suffix: staged last arrival
-      {AttentionMode::paged, 8, 64, 1, 0, 40000, 217, 400},      // past the scratch: chunked merge
+      {AttentionMode::hydragen, 1, 128, 3, 2000, 40, 3, 32},     // one row alone: in registers, lse early
+      {AttentionMode::hydragen, 1, 64, 3, 9000, 40, 33, 120},    // one row alone past 32 columns: ticket, chunked
+      {AttentionMode::hydragen, 1, 128, 3, 1000, 600, 3, 32},    // one row, split suffix: last arrival in registers
+      {AttentionMode::hydragen, 4, 128, 2, 5000, 70, 3, 80},     // 4-row items: last arrival's batched merge
+      {AttentionMode::paged, 8, 128, 1, 0, 40000, 33, 64},       // 8-row split suffix: the same
+      {AttentionMode::hydragen, 8, 64, 2, 9000, 300, 33, 80},    // 8-row split suffix under 65 shared columns
   };
+
   for (const Trial& t : trials) {
     testing::PagedShape shape;
     shape.page_size = 64;

@@ -164,7 +164,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   // free and stream their keys before that grid is done; docs/perf-notes.md v23). One row
   // merging with one shared state (MHA decode: no split, one stacked column) fetches that
   // state, and one row alone in a group of 3..32 columns fetches the columns' lse (lane c
-  // column c, merge_rows_staged's early_lse), once its first chunk's keys are in flight, so
+  // column c, for merge_row_in_registers), once its first chunk's keys are in flight, so
   // their latency overlaps the K/V chain. (Only for R = 1: for R >= 2 the live registers
   // through the loop made the wide kernel spill more; those wait after their keys.)
   int pre_col = -1;
@@ -517,48 +517,59 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
     }
     return;
   }
-  // Otherwise the merge goes through shared memory (merge_rows_staged): in line when the item
-  // is alone in its group (no state write, fence or ticket), else by the group's last arrival.
-  constexpr int kScratch = DecodeShape<T, D>::stage_floats(R);
-  float* scratch = reinterpret_cast<float*>(sk);
-  const bool staged = staged_merge_columns(R, grp.columns, D, kScratch) >= 1;
-  const bool in_line = grp.items == 1 && staged;
-  if (!in_line) {
+  // Row 0's output through merge_row_in_registers (one row of <= 32 columns; lane c holds
+  // column c's lse, -inf at `own`, this warp's state in registers, and past the group's).
+  auto merge_row0 = [&](int own, const float (&own_o)[DL], float own_lse, float lane_lse) {
+    const int head = it.kv_head * group_size + __shfl_sync(0xffffffffu, my_row.group, 0);
+    const std::int64_t head_entry = std::int64_t{__shfl_sync(0xffffffffu, my_row.state_base, 0)} + head;
+    const std::int64_t qi = std::int64_t{__shfl_sync(0xffffffffu, my_row.token, 0)} * p.q_heads + head;
+    merge_row_in_registers<T, D>(p, head_entry, __shfl_sync(0xffffffffu, my_row.state_stride, 0), qi, grp.columns, own,
+                                 own_o, own_lse, lane_lse, lane);
+  };
+  // One row alone in its group with 3..32 columns: merged here with the columns' lse fetched
+  // under the keys (no state write, fence or ticket).
+  if (R == 1 && have_early) {
+    float o[DL];
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      if (r >= rows) break;
-      const int g = __shfl_sync(0xffffffffu, my_row.group, r);
-      const int stride = __shfl_sync(0xffffffffu, my_row.state_stride, r);
-      const int base = __shfl_sync(0xffffffffu, my_row.state_base, r);
-      const std::int64_t e = base + std::int64_t{it.column} * stride + it.kv_head * group_size + g;
-      float* o = p.states.o + e * D + lane * DL;
-      if constexpr (DL == 4) {
-        *reinterpret_cast<float4*>(o) =
-            make_float4(acc[r][0] * inv[r], acc[r][1] * inv[r], acc[r][2] * inv[r], acc[r][3] * inv[r]);
-      } else {
-        *reinterpret_cast<float2*>(o) = make_float2(acc[r][0] * inv[r], acc[r][1] * inv[r]);
-      }
-      if (lane == 0) p.states.lse[e] = lse[r];
-    }
-    // Ticket: lane 0 releases the warp's writes (ordered before it by __syncwarp).
-    __syncwarp();
-    int last = 0;
-    if (lane == 0) last = take_merge_ticket(p.group_arrivals + it.group, grp.items);
-    last = __shfl_sync(0xffffffffu, last, 0);
-    if (!last) return;
-    __syncwarp();
-  } else {
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int i = 0; i < DL; ++i) acc[r][i] *= inv[r];
-  }
-  if (staged) {
-    merge_rows_staged<T, D, R>(p, it, rows, grp.columns, in_line ? it.column : -1, acc, lse, early_lse,
-                               in_line && have_early, my_row, scratch, kScratch, lane);
+    for (int i = 0; i < DL; ++i) o[i] = acc[0][i] * inv[0];
+    merge_row0(it.column, o, lse[0], early_lse);
     return;
   }
-  // Too many columns for the scratch: every lane merges (row, 4 dims) chunks from the buffer.
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (r >= rows) break;
+    const int g = __shfl_sync(0xffffffffu, my_row.group, r);
+    const int stride = __shfl_sync(0xffffffffu, my_row.state_stride, r);
+    const int base = __shfl_sync(0xffffffffu, my_row.state_base, r);
+    const std::int64_t e = base + std::int64_t{it.column} * stride + it.kv_head * group_size + g;
+    float* o = p.states.o + e * D + lane * DL;
+    if constexpr (DL == 4) {
+      *reinterpret_cast<float4*>(o) =
+          make_float4(acc[r][0] * inv[r], acc[r][1] * inv[r], acc[r][2] * inv[r], acc[r][3] * inv[r]);
+    } else {
+      *reinterpret_cast<float2*>(o) = make_float2(acc[r][0] * inv[r], acc[r][1] * inv[r]);
+    }
+    if (lane == 0) p.states.lse[e] = lse[r];
+  }
+  // Ticket: lane 0 releases the warp's writes (ordered before it by __syncwarp).
+  __syncwarp();
+  int last = 0;
+  if (lane == 0) last = take_merge_ticket(p.group_arrivals + it.group, grp.items);
+  last = __shfl_sync(0xffffffffu, last, 0);
+  if (!last) return;
+  __syncwarp();
+  // One row of <= 32 columns: in registers (every column from the buffer, own included).
+  if (rows == 1 && grp.columns <= 32) {
+    const std::int64_t e = std::int64_t{__shfl_sync(0xffffffffu, my_row.state_base, 0)} + std::int64_t{lane} * __shfl_sync(0xffffffffu, my_row.state_stride, 0) +
+                           it.kv_head * group_size + __shfl_sync(0xffffffffu, my_row.group, 0);
+    const float none[DL] = {};
+    merge_row0(-1, none, -INFINITY, lane < grp.columns ? __ldcg(p.states.lse + e) : -INFINITY);
+    return;
+  }
+  // More rows: merge_rows_in_warp; more columns: merge_states_chunk, a (row, 4 dims) chunk per lane.
+  if (rows > 1 &&
+      merge_rows_in_warp<T, D>(p, it, rows, grp.columns, my_row, reinterpret_cast<float*>(sk), Shape::kStageFloats, lane))
+    return;
   for (int id = lane; id < rows * (D / 4); id += 32) {
     const int r = id / (D / 4), c = (id % (D / 4)) * 4;
     const attn::PlanRow row = p.rows[it.row_begin + r];

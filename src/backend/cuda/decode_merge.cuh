@@ -1,8 +1,6 @@
-// The decode kernel's merge of a group's rows (decode_attention.cuh), by one warp: an item
-// alone in its merge group merges its own state in registers with the group's other columns
-// (no state write, fence or ticket), and the last arrival of a split group merges every
-// column from the state buffer. The other columns' o come through shared memory in batches of
-// whole columns, every copy of a batch in flight at once.
+// The decode kernel's merges (decode_attention.cuh), one warp each: a one-row group of <= 32
+// columns in registers, and a multi-row group by its last-arriving item, the state loads
+// batched.
 #pragma once
 
 #include <cstdint>
@@ -14,40 +12,93 @@
 
 namespace hydragen::cuda {
 
-// Scratch (floats) of merge_rows_staged: header [64], the rows' lse/weights [R x n] (padded to
-// 16 bytes), then the staged o of `columns` columns x R rows, D floats each.
-inline constexpr int kStagedMergeHeader = 64;  // base int64 [8], qi int64 [8], stride [8], lse [8], inv [8], own lse [8]
-__host__ __device__ constexpr int staged_merge_columns(int max_rows, int n, int head_dim, int scratch_floats) {
-  return (scratch_floats - kStagedMergeHeader - (max_rows * n + 3) / 4 * 4) / (head_dim * max_rows);
+// One row's merge over n <= 32 columns (entries head_entry + c * stride), written to output row
+// qi: lane c holds column c's lse (-inf past n and at `own`). own >= 0: that column is the
+// calling warp's state, in registers (own_o: its lane's D / 32 dims, normalised; own_lse),
+// never read from the buffer; own < 0: every column is read. The weights exp(lse - max) and
+// their sum come from shuffles; the other columns' o follow, eight in flight per lane, a zero
+// weight's never read (it may be unwritten). The arithmetic is merge_states_chunk's, summed
+// in another order. Every lane calls it.
+template <class T, int D>
+__device__ __forceinline__ void merge_row_in_registers(const PagedAttentionParams& p, std::int64_t head_entry, int stride,
+                                                       std::int64_t qi, int n, int own, const float (&own_o)[D / 32],
+                                                       float own_lse, float lane_lse, int lane) {
+  constexpr int DL = D / 32;
+  constexpr int kBatch = 8;
+  const float own_l = own >= 0 ? own_lse : -INFINITY;
+  float mx = fmaxf(lane_lse, own_l);
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  float acc[DL] = {};
+  float out_lse = -INFINITY;
+  if (mx != -INFINITY) {
+    const float w_lane = __expf(lane_lse - mx);  // 0 at -inf
+    float sum = w_lane;
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    const float w_own = __expf(own_l - mx);
+    sum += w_own;
+    if (w_own != 0.f) {
+#pragma unroll
+      for (int i = 0; i < DL; ++i) acc[i] = w_own * own_o[i];
+    }
+    const float* column0 = p.states.o + head_entry * D + lane * DL;
+#pragma unroll 1
+    for (int c0 = 0; c0 < n; c0 += kBatch) {
+      float w[kBatch], x[kBatch][DL];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        w[j] = __shfl_sync(0xffffffffu, w_lane, (c0 + j) & 31);
+        if (c0 + j >= n) w[j] = 0.f;
+#pragma unroll
+        for (int i = 0; i < DL; ++i) x[j][i] = 0.f;
+        if (w[j] == 0.f) continue;
+        const float* src = column0 + std::int64_t{c0 + j} * stride * D;
+        if constexpr (DL == 4) {
+          const float4 v = __ldcg(reinterpret_cast<const float4*>(src));
+          x[j][0] = v.x, x[j][1] = v.y, x[j][2] = v.z, x[j][3] = v.w;
+        } else {
+          const float2 v = __ldcg(reinterpret_cast<const float2*>(src));
+          x[j][0] = v.x, x[j][1] = v.y;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j)
+#pragma unroll
+        for (int i = 0; i < DL; ++i) acc[i] += w[j] * x[j][i];
+    }
+    const float rs = 1.f / sum;
+#pragma unroll
+    for (int i = 0; i < DL; ++i) acc[i] *= rs;
+    out_lse = mx + __logf(sum);
+  }
+  T* out = static_cast<T*>(p.out) + qi * D + lane * DL;
+#pragma unroll
+  for (int i = 0; i < DL; ++i) out[i] = ptx::from_float<T>(acc[i]);
+  if (lane == 0) p.out_lse[qi] = out_lse;
 }
 
-// Merges rows 0..rows-1 (<= R) of item `it` over the n state columns of its group and writes
-// the output rows and their lse. own >= 0: column `own` is this warp's state, in registers
-// (o[r]: normalised, own_lse[r]; the same in every lane, o[r][i] the dims lane * DL + i), and
-// the others are read from the state buffer (complete). own < 0: every column is read (the
-// last arrival of a ticket). The arithmetic is merge_states_chunk's (weights exp(lse - max),
-// their sum, the weighted o; a zero weight's entry is never read, it may be unwritten), each
-// row's columns summed in column order after the own state. early_lse (R == 1, n <= 32): lane
-// c's holds column c's lse, loaded under the keys; the caller passes have_early. The rows'
-// fields come from my_row (lane r: row r). `scratch`: the warp's K/V stage (free after the
-// keys), 16-byte aligned. Returns false, having done nothing, when one column of R rows does
-// not fit it (the caller merges another way).
-template <class T, int D, int R>
-__device__ __forceinline__ bool merge_rows_staged(const PagedAttentionParams& p, const attn::PlanItem& it, int rows,
-                                                  int n, int own, float (&o)[R][D / 32], const float (&own_lse)[R],
-                                                  float early_lse, bool have_early, const attn::PlanRow& my_row,
-                                                  float* scratch, int scratch_floats, int lane) {
-  constexpr int DL = D / 32;
-  const int batch = staged_merge_columns(R, n, D, scratch_floats);  // columns per batch (warp-uniform)
-  if (batch < 1) return false;
+// The last arrival's merge of its group's rows (<= 8) over n state columns: the arithmetic of
+// merge_states_chunk (weights exp(lse - max), their sum and the weighted o in column order),
+// with the loads reordered for latency. merge_states_chunk per (row, 4 dims) made each lane walk
+// its rows one after another, every row two passes of dependent L2 round trips (8 rows x 17
+// columns: ~48 round trips; 8/1 B=256 32K s1 spent 0.07 ms in the suffix launch). Here: every
+// lse at once (one round trip), each row's weights into shared memory by lane r, then each
+// lane's two (row, 4 dims) chunks with kMergeBatch o loads of each in flight. `scratch` is the
+// warp's K/V staging area (free after the key loop); returns false, having done nothing, when
+// the weights do not fit it (the caller merges with merge_states_chunk).
+template <class T, int D>
+__device__ __forceinline__ bool merge_rows_in_warp(const PagedAttentionParams& p, const attn::PlanItem& it, int rows,
+                                                   int n, const attn::PlanRow& my_row, float* scratch,
+                                                   int scratch_floats, int lane) {
+  constexpr int kHeader = 56;  // base [8] int64, qi [8] int64, stride [8], lse [8], inv [8]
+  if (kHeader + rows * n > scratch_floats) return false;  // warp-uniform
   auto* s_base = reinterpret_cast<std::int64_t*>(scratch);    // entry of (row, column 0)
   auto* s_qi = reinterpret_cast<std::int64_t*>(scratch + 16);  // output row (token * Hq + head)
   int* s_stride = reinterpret_cast<int*>(scratch + 32);
   float* s_lse = scratch + 40;
   float* s_inv = scratch + 48;
-  float* s_own = scratch + 56;
-  float* w = scratch + kStagedMergeHeader;                     // [R][n]: lse, then weights
-  float* staged = w + (R * n + 3) / 4 * 4;                     // [batch][R][D]
+  float* w = scratch + kHeader;  // [rows][n]: lse, then weights
   const int group_size = p.q_heads / p.kv_heads;
   if (lane < rows) {
     const int head = it.kv_head * group_size + my_row.group;
@@ -55,28 +106,18 @@ __device__ __forceinline__ bool merge_rows_staged(const PagedAttentionParams& p,
     s_qi[lane] = std::int64_t{my_row.token} * p.q_heads + head;
     s_stride[lane] = my_row.state_stride;
   }
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-    if (lane == r) s_own[r] = own_lse[r];
   __syncwarp();
-  // Every lse at once (one round trip per 32 x kMergeBatch of them).
-  if (have_early) {
-    if (lane < n) w[lane] = lane == own ? s_own[0] : early_lse;
-  } else {
-    const int pairs = R * n;
-    for (int q0 = 0; q0 < pairs; q0 += 32 * kMergeBatch) {
-      float v[kMergeBatch];
+  const int pairs = rows * n;
+  for (int q0 = 0; q0 < pairs; q0 += 32 * kMergeBatch) {
+    float v[kMergeBatch];
 #pragma unroll
-      for (int j = 0; j < kMergeBatch; ++j) {
-        const int q = q0 + j * 32 + lane, r = q / n, c = q - r * n;
-        v[j] = -INFINITY;  // rows past `rows`: never merged
-        if (q < pairs && r < rows)
-          v[j] = c == own ? s_own[r] : __ldcg(p.states.lse + s_base[r] + std::int64_t{c} * s_stride[r]);
-      }
-#pragma unroll
-      for (int j = 0; j < kMergeBatch; ++j)
-        if (q0 + j * 32 + lane < pairs) w[q0 + j * 32 + lane] = v[j];
+    for (int j = 0; j < kMergeBatch; ++j) {
+      const int q = q0 + j * 32 + lane, r = q / n;
+      v[j] = q < pairs ? __ldcg(p.states.lse + s_base[r] + std::int64_t{q - r * n} * s_stride[r]) : -INFINITY;
     }
+#pragma unroll
+    for (int j = 0; j < kMergeBatch; ++j)
+      if (q0 + j * 32 + lane < pairs) w[q0 + j * 32 + lane] = v[j];
   }
   __syncwarp();
   if (lane < rows) {
@@ -93,50 +134,52 @@ __device__ __forceinline__ bool merge_rows_staged(const PagedAttentionParams& p,
     s_inv[lane] = m == -INFINITY ? 0.f : 1.f / sum;
   }
   __syncwarp();
+  constexpr int kChunks = D / 4;  // 4-dim chunks of a row
+  const int ids = rows * kChunks;
+  for (int id0 = lane; id0 < ids; id0 += 64) {
+    int r[2], d[2];
+    bool on[2];
+    float4 acc[2];
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const float wo = own >= 0 && r < rows ? w[r * n + own] : 0.f;
-#pragma unroll
-    for (int i = 0; i < DL; ++i) o[r][i] = wo != 0.f ? o[r][i] * wo : 0.f;
-  }
-  // The other columns, `batch` at a time: (row r, column c0 + j) goes to staged slot j * R + r,
-  // its D floats copied as D / 4 16-byte chunks over the lanes.
-  for (int c0 = 0; c0 < n; c0 += batch) {
-    const int c1 = min(n, c0 + batch);
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      if (r >= rows) break;
-      for (int c = c0; c < c1; ++c) {
-        if (c == own || w[r * n + c] == 0.f) continue;
-        const float* src = p.states.o + (s_base[r] + std::int64_t{c} * s_stride[r]) * D;
-        float* dst = staged + ((c - c0) * R + r) * D;
-        for (int k = lane; k < D / 4; k += 32) ptx::cp_async_16(dst + 4 * k, src + 4 * k, true);
-      }
+    for (int u = 0; u < 2; ++u) {
+      const int id = id0 + 32 * u;
+      on[u] = id < ids, r[u] = on[u] ? id / kChunks : 0, d[u] = (id % kChunks) * 4;
+      acc[u] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
-    ptx::cp_async_commit();
-    ptx::cp_async_wait<0>();
-    __syncwarp();  // every lane's copies visible to the warp
+    for (int c0 = 0; c0 < n; c0 += kMergeBatch) {
+      float ww[2][kMergeBatch];
+      float4 x[2][kMergeBatch];
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      if (r >= rows) break;
-      for (int c = c0; c < c1; ++c) {
-        const float wt = w[r * n + c];
-        if (c == own || wt == 0.f) continue;
-        const float* x = staged + ((c - c0) * R + r) * D + lane * DL;
+      for (int u = 0; u < 2; ++u)
 #pragma unroll
-        for (int i = 0; i < DL; ++i) o[r][i] += wt * x[i];
-      }
+        for (int j = 0; j < kMergeBatch; ++j) {
+          const int c = c0 + j;
+          ww[u][j] = on[u] && c < n ? w[r[u] * n + c] : 0.f;
+          x[u][j] = make_float4(0.f, 0.f, 0.f, 0.f);
+          if (ww[u][j] != 0.f)  // a zero weight's entry may be unwritten: never loaded
+            x[u][j] = __ldcg(reinterpret_cast<const float4*>(p.states.o + (s_base[r[u]] + std::int64_t{c} * s_stride[r[u]]) * D + d[u]));
+        }
+#pragma unroll
+      for (int u = 0; u < 2; ++u)
+#pragma unroll
+        for (int j = 0; j < kMergeBatch; ++j) {
+          const float wt = ww[u][j];
+          if (wt == 0.f) continue;
+          acc[u].x += wt * x[u][j].x;
+          acc[u].y += wt * x[u][j].y;
+          acc[u].z += wt * x[u][j].z;
+          acc[u].w += wt * x[u][j].w;
+        }
     }
-    __syncwarp();  // the next batch rewrites the slots
-  }
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    if (r >= rows) break;
-    const float inv = s_inv[r];
-    T* out = static_cast<T*>(p.out) + s_qi[r] * D + lane * DL;
-#pragma unroll
-    for (int i = 0; i < DL; ++i) out[i] = ptx::from_float<T>(o[r][i] * inv);
-    if (lane == 0) p.out_lse[s_qi[r]] = s_lse[r];
+    for (int u = 0; u < 2; ++u) {
+      if (!on[u]) continue;
+      const float inv = s_inv[r[u]];
+      T* out = static_cast<T*>(p.out) + s_qi[r[u]] * D + d[u];
+      out[0] = ptx::from_float<T>(acc[u].x * inv), out[1] = ptx::from_float<T>(acc[u].y * inv);
+      out[2] = ptx::from_float<T>(acc[u].z * inv), out[3] = ptx::from_float<T>(acc[u].w * inv);
+      if (d[u] == 0) p.out_lse[s_qi[r[u]]] = s_lse[r[u]];
+    }
   }
   return true;
 }
