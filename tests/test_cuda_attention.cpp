@@ -624,6 +624,20 @@ attn::AttentionPlan one_segment_plan(int batch, int kv_heads, int q_heads, std::
 // not GQA rows or a long context split across items. Which it does serve (quad_decode_keys,
 // its one-key build): items of one or two keys at any batch, up to kQuadMaxMeanKeys with many
 // items; not 64-key suffixes or paged contexts; the environment forces. No GPU needed.
+// The suffix launch follows the shared one as its programmatic dependent only where the
+// shared items leave at least half of the SMs idle (the H200's 132 here). No GPU needed.
+TEST(CudaDispatch, PdlOnlyWhereTheSharedLaunchLeavesHalfTheSmsIdle) {
+#ifdef HYDRAGEN_WITH_CUDA
+  EXPECT_TRUE(cuda::pdl_rule(64, 1, 132));    // llama-3-8b B=32 1K: 64 items of the one-per-SM kernel
+  EXPECT_TRUE(cuda::pdl_rule(66, 1, 132));
+  EXPECT_FALSE(cuda::pdl_rule(67, 1, 132));
+  EXPECT_FALSE(cuda::pdl_rule(128, 1, 132));  // B=32 16K: the SMs are full
+  EXPECT_TRUE(cuda::pdl_rule(132, 2, 132));   // two blocks per SM: 66 SMs busy
+  EXPECT_FALSE(cuda::pdl_rule(133, 2, 132));
+  EXPECT_FALSE(cuda::pdl_rule(0, 1, 132));    // no shared launch
+#endif
+}
+
 TEST(CudaDispatch, QuadDecodeServesLoneOneRowItems) {
 #ifdef HYDRAGEN_WITH_CUDA
   EXPECT_TRUE(cuda::suffix_items_are_lone_rows(one_segment_plan(1024, 40, 40, 16384, 1, AttentionMode::hydragen)));

@@ -45,12 +45,13 @@ __device__ __forceinline__ int pool_slot(const PagedAttentionParams& p, const at
 }
 
 // Programmatic dependent launch (sm_90; no-ops elsewhere and under a plain launch). The
-// runner may launch the suffix kernel as a dependent of the shared launch (HYDRAGEN_PDL=1,
-// docs/perf-notes.md v15): the shared kernels let it start as soon as each of their blocks
-// runs (allow_dependent_launch), so its blocks fill SMs that the shared grid's tail leaves idle
-// and run their prologue there; every suffix kernel calls wait_for_shared_launch before it
-// reads a partial state or writes anything, which returns once the shared grid has finished
-// and its writes are visible.
+// runner launches the suffix kernel as a dependent of the shared launch where the shared items
+// leave half of the SMs idle (pdl_rule; HYDRAGEN_PDL=1/0 forces; docs/perf-notes.md v15, v23):
+// the shared kernels let it start as soon as each of their blocks runs
+// (allow_dependent_launch), so its blocks fill SMs that the shared grid leaves idle; every
+// suffix kernel calls wait_for_shared_launch before it reads a partial state or writes
+// anything, which returns once the shared grid has finished and its writes are visible (the
+// decode kernel streams its keys first).
 __device__ __forceinline__ void allow_dependent_launch() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");

@@ -317,6 +317,18 @@ int quad_decode_keys(const SuffixItemSummary& suffix) {
 
 int quad_decode_keys(const attn::AttentionPlan& plan) { return quad_decode_keys(SuffixItemSummary::of(plan)); }
 
+// The suffix launch as the shared launch's programmatic dependent (PDL) where the shared items
+// keep at most half of the SMs busy: the decode kernel's blocks then start on the idle SMs and
+// stream their keys beside the shared launch, waiting for it only before they read its states
+// (decode_attention.cuh). With the SMs full they gain nothing, and the early blocks crowd the
+// few SMs free at the start (H200, HYDRAGEN_PDL=1 everywhere: 32/8 B=32 16K s1 1.17x, 32K s1
+// 1.33x; docs/perf-notes.md v23c).
+bool pdl_rule(std::int64_t shared_items, int blocks_per_sm, int sms) {
+  if (shared_items == 0 || blocks_per_sm <= 0) return false;
+  const std::int64_t busy = (shared_items + blocks_per_sm - 1) / blocks_per_sm;
+  return 2 * busy <= sms;
+}
+
 bool supported_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128; }
 
 attn::PlanOptions plan_options_for_device(DType dtype, int head_dim, AttentionMode mode, bool causal) {
@@ -384,7 +396,10 @@ struct PagedAttentionRunner::Impl {
   bool decode_narrow = false;  // set by upload: every suffix item has one row
   int decode_quad = 0;         // set by upload: quad_decode_keys
   int decode_quad_grid = 0;
-  bool after_shared = false;   // HYDRAGEN_PDL=1 on sm_90+: the suffix launch is the shared launch's dependent
+  bool after_shared = false;   // set by upload (pdl_rule): the suffix launch is the shared launch's dependent
+  bool pdl_capable = false;    // sm_90+
+  int pdl_force = -1;          // HYDRAGEN_PDL: 1 always, 0 never, unset: by pdl_rule
+  int sms = 0;
   std::int32_t* pages = nullptr;
   attn::PlanPiece* pieces = nullptr;
   attn::PlanRow* rows = nullptr;
@@ -428,11 +443,17 @@ PagedAttentionRunner::PagedAttentionRunner(DType dtype, int head_dim, int q_head
   m.state_o = device_array<float>(capacity.state_entries * head_dim);
   m.state_lse = device_array<float>(capacity.state_entries);
   HG_CUDA_CHECK(cudaMemset(m.counts, 0, 2 * sizeof(std::int32_t)));
-  if (const char* env = std::getenv("HYDRAGEN_PDL"); env != nullptr && std::string(env) == "1") {
+  {
     int device = 0, major = 0;
     HG_CUDA_CHECK(cudaGetDevice(&device));
     HG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    m.after_shared = major >= 9;
+    m.pdl_capable = major >= 9;
+    m.sms = sms;
+    if (const char* env = std::getenv("HYDRAGEN_PDL")) {
+      const std::string v = env;
+      HG_CHECK(v == "0" || v == "1", "HYDRAGEN_PDL=", v, ": expected 0 or 1");
+      m.pdl_force = v == "1" ? 1 : 0;
+    }
   }
   if (const char* env = std::getenv("HYDRAGEN_ASYNC_UPLOAD"); env != nullptr && std::string(env) == "1") {
     auto bytes = [](std::int64_t n, std::size_t size) { return (std::max<std::int64_t>(n, 0) * size + 15) / 16 * 16; };
@@ -478,6 +499,10 @@ void PagedAttentionRunner::upload(const attn::AttentionPlan& plan, void* stream)
   m.shared_ws = m.kernels.shared_ws != nullptr && (m.kernels.shared_ws_always || plan.shared_full_tiles);
   m.decode_narrow = decode_runs_narrow(suffix);
   m.decode_quad = m.suffix_decode ? quad_decode_keys(suffix) : 0;
+  const int blocks_per_sm = m.shared_ws ? m.kernels.shared_ws_blocks_per_sm : m.kernels.shared_blocks_per_sm;
+  m.after_shared = m.pdl_capable &&
+                   (m.pdl_force == 1 || (m.pdl_force < 0 && pdl_rule(static_cast<std::int64_t>(plan.shared_items.size()),
+                                                                     blocks_per_sm, m.sms)));
   const std::int32_t counts[2] = {static_cast<std::int32_t>(plan.shared_items.size()),
                                   static_cast<std::int32_t>(plan.suffix_items.size())};
   // Synchronous copies from pageable memory, or (with a stream and HYDRAGEN_ASYNC_UPLOAD=1)

@@ -86,6 +86,10 @@ bool suffix_items_are_lone_rows(const attn::AttentionPlan& plan);
 inline constexpr std::int64_t kQuadShortMeanKeys = 2, kQuadMaxMeanKeys = 32, kQuadManyItems = 8192;
 int quad_decode_keys(const SuffixItemSummary& suffix);
 int quad_decode_keys(const attn::AttentionPlan& plan);
+// Whether the suffix launch runs as the shared launch's programmatic dependent (PDL): when the
+// shared launch's `shared_items` (at `blocks_per_sm` per SM) keep at most half of the `sms`
+// SMs busy. HYDRAGEN_PDL=1 / 0 forces it on / off. Host only.
+bool pdl_rule(std::int64_t shared_items, int blocks_per_sm, int sms);
 
 class PagedAttentionRunner {
  public:
