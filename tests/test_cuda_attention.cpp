@@ -442,7 +442,7 @@ TEST(CudaAttention, QuadDecodeKernelMatchesReference) {
   for (int trial = 0; trial < 16; ++trial) {
     const bool one_key = trial % 3 == 1, pdl = trial / 4 % 2 == 1;
     const ScopedEnv quad_env("HYDRAGEN_DECODE_KERNEL", one_key ? "quad1" : "quad");
-    const ScopedEnv pdl_env("HYDRAGEN_PDL", pdl ? "1" : nullptr);
+    const ScopedEnv pdl_env("HYDRAGEN_PDL", pdl ? "1" : "0");
     testing::PagedShape shape;
     shape.page_size = trial % 2 ? 16 : 64;
     shape.head_dim = trial / 2 % 2 ? 64 : 128;
