@@ -84,9 +84,10 @@ __device__ __forceinline__ void merge_row_in_registers(const PagedAttentionParam
 // its rows one after another, every row two passes of dependent L2 round trips (8 rows x 17
 // columns: ~48 round trips; 8/1 B=256 32K s1 spent 0.07 ms in the suffix launch). Here: every
 // lse at once (one round trip), each row's weights into shared memory by lane r, then each
-// lane's four (row, 4 dims) chunks with kMergeBatch o loads of each in flight (v23d; two before). `scratch` is the
-// warp's K/V staging area (free after the key loop); returns false, having done nothing, when
-// the weights do not fit it (the caller merges with merge_states_chunk).
+// lane's four (row, 4 dims) chunks with kMergeBatch o loads of each in flight (v23d; two
+// before). `scratch` is the warp's K/V staging area (free after the key loop); returns false,
+// having done nothing, when the weights do not fit it (the caller merges with
+// merge_states_chunk).
 template <class T, int D>
 __device__ __forceinline__ bool merge_rows_in_warp(const PagedAttentionParams& p, const attn::PlanItem& it, int rows,
                                                    int n, const attn::PlanRow& my_row, float* scratch,
