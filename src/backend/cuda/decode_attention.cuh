@@ -567,7 +567,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
     return;
   }
   // More rows: merge_rows_in_warp; more columns: merge_states_chunk, a (row, 4 dims) chunk per lane.
-  if (R > 1 && rows > 1 &&
+  if (rows > 1 &&
       merge_rows_in_warp<T, D>(p, it, rows, grp.columns, my_row, reinterpret_cast<float*>(sk), Shape::kStageFloats, lane))
     return;
   for (int id = lane; id < rows * (D / 4); id += 32) {

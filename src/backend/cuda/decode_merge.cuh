@@ -84,10 +84,9 @@ __device__ __forceinline__ void merge_row_in_registers(const PagedAttentionParam
 // its rows one after another, every row two passes of dependent L2 round trips (8 rows x 17
 // columns: ~48 round trips; 8/1 B=256 32K s1 spent 0.07 ms in the suffix launch). Here: every
 // lse at once (one round trip), each row's weights into shared memory by lane r, then each
-// lane's four (row, 4 dims) chunks with kMergeBatch o loads of each in flight (v23d; two
-// before). `scratch` is the warp's K/V staging area (free after the key loop); returns false,
-// having done nothing, when the weights do not fit it (the caller merges with
-// merge_states_chunk).
+// lane's two (row, 4 dims) chunks with kMergeBatch o loads of each in flight. `scratch` is the
+// warp's K/V staging area (free after the key loop); returns false, having done nothing, when
+// the weights do not fit it (the caller merges with merge_states_chunk).
 template <class T, int D>
 __device__ __forceinline__ bool merge_rows_in_warp(const PagedAttentionParams& p, const attn::PlanItem& it, int rows,
                                                    int n, const attn::PlanRow& my_row, float* scratch,
@@ -137,22 +136,21 @@ __device__ __forceinline__ bool merge_rows_in_warp(const PagedAttentionParams& p
   __syncwarp();
   constexpr int kChunks = D / 4;  // 4-dim chunks of a row
   const int ids = rows * kChunks;
-  constexpr int kU = 4;  // (row, 4 dims) chunks per lane at a time: kU x kMergeBatch o loads in flight
-  for (int id0 = lane; id0 < ids; id0 += 32 * kU) {
-    int r[kU], d[kU];
-    bool on[kU];
-    float4 acc[kU];
+  for (int id0 = lane; id0 < ids; id0 += 64) {
+    int r[2], d[2];
+    bool on[2];
+    float4 acc[2];
 #pragma unroll
-    for (int u = 0; u < kU; ++u) {
+    for (int u = 0; u < 2; ++u) {
       const int id = id0 + 32 * u;
       on[u] = id < ids, r[u] = on[u] ? id / kChunks : 0, d[u] = (id % kChunks) * 4;
       acc[u] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
     for (int c0 = 0; c0 < n; c0 += kMergeBatch) {
-      float ww[kU][kMergeBatch];
-      float4 x[kU][kMergeBatch];
+      float ww[2][kMergeBatch];
+      float4 x[2][kMergeBatch];
 #pragma unroll
-      for (int u = 0; u < kU; ++u)
+      for (int u = 0; u < 2; ++u)
 #pragma unroll
         for (int j = 0; j < kMergeBatch; ++j) {
           const int c = c0 + j;
@@ -162,7 +160,7 @@ __device__ __forceinline__ bool merge_rows_in_warp(const PagedAttentionParams& p
             x[u][j] = __ldcg(reinterpret_cast<const float4*>(p.states.o + (s_base[r[u]] + std::int64_t{c} * s_stride[r[u]]) * D + d[u]));
         }
 #pragma unroll
-      for (int u = 0; u < kU; ++u)
+      for (int u = 0; u < 2; ++u)
 #pragma unroll
         for (int j = 0; j < kMergeBatch; ++j) {
           const float wt = ww[u][j];
@@ -174,7 +172,7 @@ __device__ __forceinline__ bool merge_rows_in_warp(const PagedAttentionParams& p
         }
     }
 #pragma unroll
-    for (int u = 0; u < kU; ++u) {
+    for (int u = 0; u < 2; ++u) {
       if (!on[u]) continue;
       const float inv = s_inv[r[u]];
       T* out = static_cast<T*>(p.out) + s_qi[r[u]] * D + d[u];
