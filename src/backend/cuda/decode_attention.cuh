@@ -171,23 +171,28 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   float pre_lse = -INFINITY, pre_o[Shape::kDims] = {};
   attn::PlanMergeGroup grp{0, 0};
   if constexpr (R == 1) grp = p.groups[it.group];  // (plan data: no wait)
+  // Row 0's partial-state entry in `column` (its fields are lane 0's my_row).
+  auto row0_entry = [&](int column) {
+    return std::int64_t{__shfl_sync(0xffffffffu, my_row.state_base, 0)} +
+           std::int64_t{column} * __shfl_sync(0xffffffffu, my_row.state_stride, 0) + it.kv_head * group_size +
+           __shfl_sync(0xffffffffu, my_row.group, 0);
+  };
+  // A row alone in its group with 3..32 columns merges in line (merge_row_in_registers).
+  const bool one_row_in_line = R == 1 && grp.items == 1 && grp.columns > 2 && grp.columns <= 32;
   float early_lse = -INFINITY;
-  bool have_early = false, fetched = false;
+  bool fetched = false;
   auto fetch_shared_states = [&] {
     fetched = true;
     wait_for_shared_launch();
     if constexpr (R == 1) {
-      if (grp.items != 1 || grp.columns < 2 || grp.columns > 32) return;
-      const attn::PlanRow row0 = p.rows[it.row_begin];  // lane 0's my_row; a broadcast load
-      const std::int64_t head_entry = row0.state_base + std::int64_t{it.kv_head} * group_size + row0.group;
-      if (grp.columns > 2) {
-        have_early = true;
-        if (lane < grp.columns && lane != it.column)
-          early_lse = __ldcg(p.states.lse + head_entry + std::int64_t{lane} * row0.state_stride);
+      if (one_row_in_line) {
+        const std::int64_t e = row0_entry(lane);  // (all lanes: the shuffles)
+        if (lane < grp.columns && lane != it.column) early_lse = __ldcg(p.states.lse + e);
         return;
       }
+      if (grp.items != 1 || grp.columns != 2) return;
       pre_col = it.column == 0 ? 1 : 0;
-      const std::int64_t e = head_entry + std::int64_t{pre_col} * row0.state_stride;
+      const std::int64_t e = row0_entry(pre_col);
       pre_lse = __ldcg(p.states.lse + e);
       if constexpr (Shape::kDims == 4) {
         const float4 v = __ldcg(reinterpret_cast<const float4*>(p.states.o + e * D + lane * 4));
@@ -517,22 +522,22 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
     }
     return;
   }
-  // Row 0's output through merge_row_in_registers (one row of <= 32 columns; lane c holds
-  // column c's lse, -inf at `own`, this warp's state in registers, and past the group's).
-  auto merge_row0 = [&](int own, const float (&own_o)[DL], float own_lse, float lane_lse) {
+  // Row 0's output through merge_row_in_registers (one row of <= 32 columns). In line: this
+  // warp's state in registers, the others' lse fetched under the keys (no state write, fence or
+  // ticket). Else (a split group's last arrival): every column from the buffer.
+  auto merge_row0 = [&](bool in_line) {
+    const std::int64_t head_entry = row0_entry(0), lane_entry = row0_entry(lane);
     const int head = it.kv_head * group_size + __shfl_sync(0xffffffffu, my_row.group, 0);
-    const std::int64_t head_entry = std::int64_t{__shfl_sync(0xffffffffu, my_row.state_base, 0)} + head;
     const std::int64_t qi = std::int64_t{__shfl_sync(0xffffffffu, my_row.token, 0)} * p.q_heads + head;
-    merge_row_in_registers<T, D>(p, head_entry, __shfl_sync(0xffffffffu, my_row.state_stride, 0), qi, grp.columns, own,
-                                 own_o, own_lse, lane_lse, lane);
-  };
-  // One row alone in its group with 3..32 columns: merged here with the columns' lse fetched
-  // under the keys (no state write, fence or ticket).
-  if (R == 1 && have_early) {
     float o[DL];
 #pragma unroll
-    for (int i = 0; i < DL; ++i) o[i] = acc[0][i] * inv[0];
-    merge_row0(it.column, o, lse[0], early_lse);
+    for (int i = 0; i < DL; ++i) o[i] = in_line ? acc[0][i] * inv[0] : 0.f;
+    const float lane_lse = in_line ? early_lse : lane < grp.columns ? __ldcg(p.states.lse + lane_entry) : -INFINITY;
+    merge_row_in_registers<T, D>(p, head_entry, __shfl_sync(0xffffffffu, my_row.state_stride, 0), qi, grp.columns,
+                                 in_line ? it.column : -1, o, in_line ? lse[0] : -INFINITY, lane_lse, lane);
+  };
+  if (one_row_in_line) {
+    merge_row0(true);
     return;
   }
 #pragma unroll
@@ -560,10 +565,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   __syncwarp();
   // One row of <= 32 columns: in registers (every column from the buffer, own included).
   if (rows == 1 && grp.columns <= 32) {
-    const std::int64_t e = std::int64_t{__shfl_sync(0xffffffffu, my_row.state_base, 0)} + std::int64_t{lane} * __shfl_sync(0xffffffffu, my_row.state_stride, 0) +
-                           it.kv_head * group_size + __shfl_sync(0xffffffffu, my_row.group, 0);
-    const float none[DL] = {};
-    merge_row0(-1, none, -INFINITY, lane < grp.columns ? __ldcg(p.states.lse + e) : -INFINITY);
+    merge_row0(false);
     return;
   }
   // More rows: merge_rows_in_warp; more columns: merge_states_chunk, a (row, 4 dims) chunk per lane.
