@@ -7,6 +7,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -34,6 +35,7 @@ struct PagedShape {
   bool random_first_slot = true;
   bool dense = false;          // the plan reads each sequence's own copy of its context (copy_slots)
   bool round_to_bf16 = false;  // pool and q exact in bf16 (the GPU tests)
+  double key_growth = 0;       // K of token j of a run (of n) times 2^(key_growth * j / n): late maxima
 };
 
 struct PagedCase {
@@ -151,7 +153,8 @@ inline PagedCase random_paged_case(const PagedShape& shape, Rng& rng) {
     for (std::int64_t j = 0; j < run.tokens; ++j)
       for (Tensor* pool : {&c.k_pool, &c.v_pool}) {
         float* row = pool->data<float>() + paged_detail::slot_of(run, j, ps) * token_elems;
-        for (std::int64_t e = 0; e < token_elems; ++e) row[e] = static_cast<float>(rng.normal());
+        const double scale = pool == &c.k_pool ? std::exp2(shape.key_growth * j / run.tokens) : 1.0;
+        for (std::int64_t e = 0; e < token_elems; ++e) row[e] = static_cast<float>(scale * rng.normal());
       }
   };
   for (const Run& run : segments) fill(run);

@@ -240,6 +240,68 @@ TEST(CudaAttention, WarpSpecializedSharedKernelMatchesReference) {
 #endif
 }
 
+// The shared kernels' lazy rescaling (online_softmax_step): keys that grow along each segment
+// (up to 8x, so a row's max climbs past the lag again and again inside one item) and plain
+// random keys, with the lag at 0 (rescale on every new max), the default and the largest
+// allowed, through the warp-specialized kernel (both loaders) and the two-warpgroup kernel;
+// every shared segment stacked. Against the float64 reference.
+TEST(CudaAttention, SharedKernelsRescaleLazilyAndExactly) {
+  SKIP_WITHOUT_GPU();
+#ifdef HYDRAGEN_WITH_CUDA
+  Rng rng;
+  SCOPED_TRACE(rng.trace());
+  const std::string lags[] = {"0", std::to_string(cuda::kRescaleLag), std::to_string(cuda::kMaxRescaleLag)};
+  int trials = 0;
+  for (const char* kernel : {"ws-pp-tma", "ws", "wgmma"})
+    for (const std::string& lag : lags)
+      for (const double growth : {0.0, 3.0}) {
+        const ScopedEnv shared_env("HYDRAGEN_SHARED_KERNEL", kernel);
+        const ScopedEnv lag_env("HYDRAGEN_RESCALE_LAG", lag.c_str());
+        testing::PagedShape shape;
+        shape.page_size = rng.pick(std::vector<int>{16, 64});
+        shape.head_dim = 128;
+        shape.groups = rng.pick(std::vector<int>{1, 4, 8});
+        shape.kv_heads = rng.uniform_int(1, 2);
+        shape.depth = rng.uniform_int(1, 2);
+        shape.batch = rng.pick(std::vector<int>{16, 40});
+        shape.segment_lengths = {65, 700, 1500, 2100};
+        shape.round_to_bf16 = true;
+        shape.key_growth = growth;
+        const testing::PagedCase c = testing::random_paged_case(shape, rng);
+        attn::PlanOptions options = cuda::plan_options_for_device(DType::bf16, 128, AttentionMode::hydragen, true);
+        options.min_sharers_to_stack = 1, options.min_segment_tokens_to_stack = 1, options.fold_when_stacking_saves_little = false;
+        const attn::AttentionPlan plan = attn::build_attention_plan(c.layout, options);
+        ASSERT_FALSE(plan.shared_items.empty()) << kernel << " lag " << lag;
+        const AttentionState out = run_on_device(c, plan, options.shared_tile_rows);
+        const AttentionState ref = reference_tree_attention(c.tree, c.q);
+        const std::string what = concat(kernel, " lag ", lag, " growth ", growth, " page ", shape.page_size, " G ",
+                                        shape.groups, " Hkv ", shape.kv_heads, " depth ", shape.depth, " batch ",
+                                        shape.batch, " shared items ", plan.shared_items.size());
+        EXPECT_LE(relative_norm_error(out.o, ref.o), 5e-3) << what;
+        expect_lse_near(out.lse, ref.lse, what);
+        ++trials;
+      }
+  EXPECT_EQ(trials, 18);
+#endif
+}
+
+TEST(CudaDispatch, RescaleLagFromTheEnvironmentIsChecked) {
+#ifdef HYDRAGEN_WITH_CUDA
+  EXPECT_EQ(cuda::parse_rescale_lag("0"), 0.f);
+  EXPECT_EQ(cuda::parse_rescale_lag("8"), 8.f);
+  EXPECT_EQ(cuda::parse_rescale_lag("2.5"), 2.5f);
+  EXPECT_EQ(cuda::parse_rescale_lag(std::to_string(cuda::kMaxRescaleLag)), cuda::kMaxRescaleLag);
+  for (const char* bad : {"", "-1", "13", "eight", "8x", "nan"}) {
+    try {
+      cuda::parse_rescale_lag(bad);
+      ADD_FAILURE() << "accepted HYDRAGEN_RESCALE_LAG=" << bad;
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("HYDRAGEN_RESCALE_LAG"), std::string::npos) << e.what();
+    }
+  }
+#endif
+}
+
 // PagedAttentionRunner and its CPU twin cpu::run_attention_plan on the same plan: the bf16
 // pool on the device, the same values in f32 on the CPU; every mode, splits forced on some.
 TEST(CudaAttention, RunnerMatchesCpuPlanRunner) {

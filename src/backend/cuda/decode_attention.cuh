@@ -129,9 +129,9 @@ __device__ __forceinline__ float softmax_step(float s, float& m, float& l, float
   for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
   const float mn = fmaxf(m, mx);
   const float base = mn == -INFINITY ? 0.f : mn;
-  const float alpha = exp2f(m - base);
+  const float alpha = ptx::exp2_approx(m - base);
   m = mn;
-  const float pr = exp2f(s - base);
+  const float pr = ptx::exp2_approx(s - base);
   l = l * alpha + pr;
 #pragma unroll
   for (int i = 0; i < DL; ++i) acc[i] *= alpha;
@@ -337,7 +337,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
         for (int o = 4; o < 32; o *= 2) mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], o));
         const float mn = fmaxf(mm[j], mx[j]);
         base[j] = mn == -INFINITY ? 0.f : mn;  // a row masked so far keeps exp2 finite
-        alpha[j] = exp2f(mm[j] - base[j]);
+        alpha[j] = ptx::exp2_approx(mm[j] - base[j]);
         mm[j] = mn;
       }
       // P -> [row][key] as hi + lo T parts (p within ~2^-16: the scalar path's fp32 p; P
@@ -351,7 +351,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
           const int key = mt * 16 + fg + (c >= 2 ? 8 : 0), j = c & 1;
-          const float pr = exp2f(s[mt][c] - base[j]);
+          const float pr = ptx::exp2_approx(s[mt][c] - base[j]);
           psum[j] += pr;
           const T hi = ptx::from_float<T>(pr);
           pt[(2 * ft + j) * Shape::kPRow + key] = hi;

@@ -149,14 +149,14 @@ __global__ void __launch_bounds__(QuadShape<T, D, KB>::kThreads, QuadShape<T, D,
         mx = fmaxf(mx, s[j]);
       }
       const float base = mx == -INFINITY ? 0.f : mx;  // a row masked so far keeps exp2 finite
-      const float alpha = exp2f(m - base);
+      const float alpha = ptx::exp2_approx(m - base);
       m = mx;
       l *= alpha;
 #pragma unroll
       for (int i = 0; i < DQ; ++i) acc[i] *= alpha;
 #pragma unroll
       for (int j = 0; j < KB; ++j) {
-        const float pr = exp2f(s[j] - base);
+        const float pr = ptx::exp2_approx(s[j] - base);
         l += pr;
         if (pr == 0.f) continue;  // a masked key
 #pragma unroll

@@ -36,6 +36,7 @@ struct PagedAttentionParams {
   float* out_lse;  // [query_rows, Hq]
   int page_size, page_shift, kv_heads, q_heads;  // page_size = 1 << page_shift
   float scale_log2;
+  float rescale_lag;  // the shared kernels' lazy rescaling (online_softmax_step; HYDRAGEN_RESCALE_LAG)
 };
 
 // Pool token slot of token `tok` of a piece's page list (its page looked up in p.pages). 32

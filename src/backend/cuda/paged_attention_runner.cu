@@ -323,6 +323,14 @@ int quad_decode_keys(const attn::AttentionPlan& plan) { return quad_decode_keys(
 // (decode_attention.cuh). With the SMs full they gain nothing, and the early blocks crowd the
 // few SMs free at the start (H200, HYDRAGEN_PDL=1 everywhere: 32/8 B=32 16K s1 1.17x, 32K s1
 // 1.33x; docs/perf-notes.md v23c).
+float parse_rescale_lag(const std::string& text) {
+  char* end = nullptr;
+  const float lag = std::strtof(text.c_str(), &end);
+  HG_CHECK(end != text.c_str() && *end == '\0' && lag >= 0.f && lag <= kMaxRescaleLag, "HYDRAGEN_RESCALE_LAG=", text,
+           ": expected a number from 0 to ", kMaxRescaleLag);
+  return lag;
+}
+
 bool pdl_rule(std::int64_t shared_items, int blocks_per_sm, int sms) {
   if (shared_items == 0 || blocks_per_sm <= 0) return false;
   const std::int64_t busy = (shared_items + blocks_per_sm - 1) / blocks_per_sm;
@@ -399,6 +407,7 @@ struct PagedAttentionRunner::Impl {
   bool after_shared = false;   // set by upload (pdl_rule): the suffix launch is the shared launch's dependent
   bool pdl_capable = false;    // sm_90+
   int pdl_force = -1;          // HYDRAGEN_PDL: 1 always, 0 never, unset: by pdl_rule
+  float rescale_lag = kRescaleLag;  // HYDRAGEN_RESCALE_LAG
   int sms = 0;
   std::int32_t* pages = nullptr;
   attn::PlanPiece* pieces = nullptr;
@@ -455,6 +464,7 @@ PagedAttentionRunner::PagedAttentionRunner(DType dtype, int head_dim, int q_head
       m.pdl_force = v == "1" ? 1 : 0;
     }
   }
+  if (const char* env = std::getenv("HYDRAGEN_RESCALE_LAG")) m.rescale_lag = parse_rescale_lag(env);
   if (const char* env = std::getenv("HYDRAGEN_ASYNC_UPLOAD"); env != nullptr && std::string(env) == "1") {
     auto bytes = [](std::int64_t n, std::size_t size) { return (std::max<std::int64_t>(n, 0) * size + 15) / 16 * 16; };
     const std::size_t total = bytes(capacity.pages, 4) + bytes(capacity.pieces, sizeof(attn::PlanPiece)) +
@@ -558,6 +568,7 @@ void PagedAttentionRunner::run(const PagedAttentionArgs& args, void* stream, boo
   p.page_size = args.page_size, p.kv_heads = m.kv_heads, p.q_heads = m.q_heads;
   const float scale = args.scale > 0 ? args.scale : 1.f / std::sqrt(static_cast<float>(m.head_dim));
   p.scale_log2 = scale * 1.4426950408889634f;
+  p.rescale_lag = m.rescale_lag;
   if (m.shared_grid > 0) {
     p.items = m.shared_items, p.item_count = m.counts;
     if (m.shared_ws) m.kernels.shared_ws(p, m.shared_ws_grid, st);

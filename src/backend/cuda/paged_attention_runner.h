@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "attn/paged_plan.h"
 #include "hydragen/dtype.h"
@@ -90,6 +91,13 @@ int quad_decode_keys(const attn::AttentionPlan& plan);
 // shared launch's `shared_items` (at `blocks_per_sm` per SM) keep at most half of the `sms`
 // SMs busy. HYDRAGEN_PDL=1 / 0 forces it on / off. Host only.
 bool pdl_rule(std::int64_t shared_items, int blocks_per_sm, int sms);
+// The shared kernels' lazy rescaling (online_softmax_step in shared_attention.cuh): a row's
+// running max moves only once a score exceeds it by more than this many log2 units, so the
+// unnormalized probabilities stay <= 2^lag (fp16's P holds up to 2^15). 0 moves it on every
+// increase, as plain online softmax. HYDRAGEN_RESCALE_LAG overrides; parse_rescale_lag checks
+// it (0..kMaxRescaleLag). Host only.
+inline constexpr float kRescaleLag = 8.f, kMaxRescaleLag = 12.f;
+float parse_rescale_lag(const std::string& text);
 
 class PagedAttentionRunner {
  public:

@@ -81,10 +81,11 @@ __device__ __forceinline__ void wgmma_s128(float (&d)[64], std::uint64_t a, std:
 template <class T, int Keys>
 __device__ __forceinline__ void wgmma_qk(float (&s)[Keys / 2], std::uint32_t q_addr, int q_half, std::uint32_t k_addr,
                                          int kv_half) {
+  const std::uint64_t qd = wgmma::desc(q_addr, 16, 1024), kd = wgmma::desc(k_addr, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < 8; ++kk) {
-    const std::uint64_t a = wgmma::desc(q_addr + (kk >> 2) * q_half + (kk & 3) * 32, 16, 1024);
-    const std::uint64_t b = wgmma::desc(k_addr + (kk >> 2) * kv_half + (kk & 3) * 32, 16, 1024);
+    const std::uint64_t a = wgmma::desc_at(qd, (kk >> 2) * q_half + (kk & 3) * 32);
+    const std::uint64_t b = wgmma::desc_at(kd, (kk >> 2) * kv_half + (kk & 3) * 32);
     if constexpr (Keys == 64) wgmma_s<T>(s, a, b);
     else wgmma_s128<T>(s, a, b);
   }
@@ -146,28 +147,46 @@ __device__ __forceinline__ void tile_state_entries(const PagedAttentionParams& p
 // columns: this thread holds rows r0 (h = 0) and r0 + 8 (h = 1), element i in row (i / 2) % 2,
 // the rest of each row in its quad. s becomes the unnormalized probabilities, m and l move on,
 // alpha is the factor for O. A row masked so far keeps exp2 finite (base 0).
+// Lazy rescaling (docs/perf-notes.md v24): the rows' maxima move only when some row of the
+// warp sees a score more than `lag` (log2 units) above its max; until then the old max stays
+// the base, so p <= 2^lag and O and l keep their scale (alpha = 1). The result is the same
+// softmax (o / l and lse do not depend on the base); only the rounding of p moves. Returns
+// whether this warp rescaled (warp-uniform): if not, the caller skips O *= alpha.
 template <int N>
-__device__ __forceinline__ void online_softmax_step(float (&s)[N], float (&m)[2], float (&l)[2], float scale_log2,
-                                                    float (&alpha)[2]) {
+__device__ __forceinline__ bool online_softmax_step(float (&s)[N], float (&m)[2], float (&l)[2], float scale_log2,
+                                                    float lag, float (&alpha)[2]) {
   float mx[2] = {-INFINITY, -INFINITY}, base[2];
 #pragma unroll
   for (int i = 0; i < N; ++i) mx[(i / 2) % 2] = fmaxf(mx[(i / 2) % 2], s[i]);
+  bool grow = false;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
     mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-    const float mn = fmaxf(m[h], mx[h] * scale_log2);
-    base[h] = mn == -INFINITY ? 0.f : mn;
-    alpha[h] = exp2f(m[h] - base[h]);
-    m[h] = mn;
-    l[h] *= alpha[h];
+    mx[h] *= scale_log2;
+    grow |= mx[h] > m[h] + lag;  // m = -inf: any finite score grows it
+  }
+  const bool rescale = __any_sync(0xffffffffu, grow);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (rescale) {
+      const float mn = fmaxf(m[h], mx[h]);
+      base[h] = mn == -INFINITY ? 0.f : mn;
+      alpha[h] = ptx::exp2_approx(m[h] - base[h]);
+      m[h] = mn;
+      l[h] *= alpha[h];
+    } else {
+      base[h] = m[h] == -INFINITY ? 0.f : m[h];
+      alpha[h] = 1.f;
+    }
   }
 #pragma unroll
   for (int i = 0; i < N; ++i) {
     const int h = (i / 2) % 2;
-    s[i] = exp2f(fmaf(s[i], scale_log2, -base[h]));
+    s[i] = ptx::exp2_approx(fmaf(s[i], scale_log2, -base[h]));
     l[h] += s[i];
   }
+  return rescale;
 }
 
 // Row h's (o / l, lse) of this thread's two rows of the tile (r0 + 8 h) straight from the
@@ -337,8 +356,9 @@ __global__ void __launch_bounds__(128 * WG, 2) shared_attention_wgmma_kernel(con
           }
       }
       float alpha[2];
-      online_softmax_step(s, m, l, p.scale_log2, alpha);
-      // o is not in flight here: P.V(pi - 1) was waited for before the barrier.
+      // o is not in flight here: P.V(pi - 1) was waited for before the barrier. (Always
+      // rescaled, by 1 where the max stayed: skipping it spilled registers here.)
+      online_softmax_step(s, m, l, p.scale_log2, p.rescale_lag, alpha);
 #pragma unroll
       for (int i = 0; i < 64; ++i) o[i] *= alpha[(i / 2) % 2];
 

@@ -313,6 +313,7 @@ __global__ void __launch_bounds__(384, 1)
   const int ctid = tid - 128 * wg;                        // 0..127 within the warpgroup
   const int r0 = cw * 64 + (warp % 4) * 16 + lane / 4;    // this thread's rows: r0 and r0 + 8
   int consumed = 0;
+  const std::uint64_t v_desc = wgmma::desc(skv_addr + Tile::kKvBytes, Tile::kKvHalf, 1024);  // stage 0's V
   // Turns: wait for mine before issuing, hand over after. Consumer 1 hands consumer 0 its first.
   auto my_turn = [&] {
     if constexpr (PingPong) wgmma::named_barrier(3 + cw, 256);
@@ -381,9 +382,9 @@ __global__ void __launch_bounds__(384, 1)
       wgmma::commit();
     };
     auto issue_pv = [&](int stage) {  // O += P V of a stage, committed as one group
-      const std::uint32_t v_addr = skv_addr + stage * Tile::kStageBytes + Tile::kKvBytes;
+      const std::uint64_t vd = wgmma::desc_at(v_desc, stage * Tile::kStageBytes);
 #pragma unroll
-      for (int j = 0; j < Tile::kKeys / 16; ++j) wgmma_o<T>(o, pk[j], wgmma::desc(v_addr + j * 16 * 128, Tile::kKvHalf, 1024));
+      for (int j = 0; j < Tile::kKeys / 16; ++j) wgmma_o<T>(o, pk[j], wgmma::desc_at(vd, j * 16 * 128));
       wgmma::commit();
     };
     auto keep_pk = [&] {  // pk stays allocated until its P.V is waited for
@@ -393,7 +394,7 @@ __global__ void __launch_bounds__(384, 1)
         for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(pk[j][e])::"memory");
     };
     // Mask (past a piece, or causal) only where needed; online softmax of s, scale folded in.
-    auto softmax = [&](const attn::PlanPiece (&piece)[2], float (&alpha)[2]) {
+    auto softmax = [&](const attn::PlanPiece (&piece)[2], float (&alpha)[2]) -> bool {
       if (piece[0].tokens < 64 || piece[1].tokens < 64 || piece[0].position + 64 > min_limit ||
           piece[1].position + 64 > min_limit) {
 #pragma unroll
@@ -404,7 +405,7 @@ __global__ void __launch_bounds__(384, 1)
             if (!(key < piece[h].tokens && piece[h].position + key < limit[e / 2])) s[nt * 4 + e] = -INFINITY;
           }
       }
-      online_softmax_step(s, m, l, p.scale_log2, alpha);
+      return online_softmax_step(s, m, l, p.scale_log2, p.rescale_lag, alpha);
     };
     auto pack_p = [&] {
 #pragma unroll
@@ -439,13 +440,15 @@ __global__ void __launch_bounds__(384, 1)
         wgmma::wait<1>();
         wgmma::fence_operands(s);
         if (pi + 2 >= it.piece_count) release_q();
-        softmax(piece, alpha);
+        const bool rescale = softmax(piece, alpha);
         wgmma::wait<0>();  // P.V(b - 1): o and pk are free, its stage is read
         wgmma::fence_operands(o);
         keep_pk();
         if (lane == 0) wgmma::mbar_arrive(empty_addr + 8 * prev_stage);
+        if (rescale) {
 #pragma unroll
-        for (int i = 0; i < 64; ++i) o[i] *= alpha[(i / 2) % 2];
+          for (int i = 0; i < 64; ++i) o[i] *= alpha[(i / 2) % 2];
+        }
         pack_p();
         prev_stage = stage;
       }

@@ -22,6 +22,14 @@ __device__ __forceinline__ std::uint64_t desc(std::uint32_t addr, std::uint32_t 
          (static_cast<std::uint64_t>((sbo & 0x3FFFF) >> 4) << 32) | (1ull << 62);
 }
 
+// The descriptor of the operand `bytes` further on: the address field (bits 0..13, addr / 16)
+// is the only one that moves, and shared addresses (< 2^18) never carry out of it, so one
+// 32-bit add of a constant replaces desc()'s masks and shifts per k-step.
+__device__ __forceinline__ std::uint64_t desc_at(std::uint64_t d, std::uint32_t bytes) {
+  const std::uint32_t lo = static_cast<std::uint32_t>(d) + (bytes >> 4), hi = static_cast<std::uint32_t>(d >> 32);
+  return (static_cast<std::uint64_t>(hi) << 32) | lo;
+}
+
 #if HYDRAGEN_WGMMA
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
