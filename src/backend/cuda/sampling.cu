@@ -41,7 +41,9 @@ constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
 static_assert(kWarps == 32, "block_reduce reduces one value per warp with one warp");
 constexpr int kDrawItems = 4;  // contiguous elements per thread in a draw or compaction tile
-constexpr int kCandidates = kThreads * kDrawItems;  // the short list's capacity: one tile
+constexpr int kTile = kThreads * kDrawItems;         // elements per draw tile
+constexpr int kCandidates = kTile;                   // the short list's capacity: one tile
+constexpr int kMaxTiles = 2 * kWarps;  // rows of up to 262,144 elements draw by tile totals
 constexpr unsigned kFullMask = 0xffffffffu;
 
 // Unsigned order = float order for non-NaN values (-0 sorts below +0; scaled logits hold no -0).
@@ -341,10 +343,11 @@ __device__ float select_threshold(const Row& x, int vocab, W target, Weight weig
 // ---- the draw ------------------------------------------------------------------------------
 
 // The first index whose running sum of kept p (index order) exceeds target; -1 if none does.
+// The walk starts at tile `first_tile` (kTile elements each) with `carry`, the kept p before it.
 template <class Row>
-__device__ int draw_token(const Row& x, int vocab, float tau, float m, float target) {
-  float carry = 0.f;
-  for (int base = 0; base < vocab; base += kThreads * kDrawItems) {
+__device__ int draw_token(const Row& x, int vocab, float tau, float m, float target, int first_tile = 0,
+                          float carry = 0.f) {
+  for (int base = first_tile * kTile; base < vocab; base += kTile) {
     const int first = base + static_cast<int>(threadIdx.x) * kDrawItems;
     float p[kDrawItems];
     float sum = 0.f;
@@ -372,6 +375,74 @@ __device__ int draw_token(const Row& x, int vocab, float tau, float m, float tar
     carry += tile_total;
   }
   return -1;
+}
+
+// Tile totals of the kept p, and where the draw's running sum crosses its target.
+struct DrawScratch {
+  float total[kMaxTiles];
+  int tile;
+  float carry, target;
+};
+
+// Z and the draw in two passes over a row of kTile < n <= kMaxTiles * kTile elements, where
+// sample_kept's Z pass and draw_token's walk from tile 0 took one block scan per tile until
+// the crossing (llama-3-8b's 128K-entry rows: 16 scans on average, one after another). Warp w
+// sums the kept p of tiles w and w + 32 (thread slots in draw_token's order, lane-strided); one
+// warp adds the totals in tile order into Z and finds the tile where carry + total first
+// exceeds u * Z; draw_token scans that tile (and the next ones, should its own running sum stay
+// below the target by rounding). The fallback, the last kept p > 0, is found in the same pass.
+template <class Row>
+__device__ int draw_by_tiles(const Row& x, int n, float tau, float m, float u, DrawScratch& s) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int tiles = (n + kTile - 1) / kTile;
+  int last_kept = -1;
+  for (int t = warp; t < tiles; t += kWarps) {
+    float sum = 0.f;
+    for (int slot = lane; slot < kThreads; slot += 32) {
+      const int first = t * kTile + slot * kDrawItems;
+#pragma unroll
+      for (int j = 0; j < kDrawItems; ++j) {
+        const int i = first + j;
+        if (i >= n) break;
+        const float v = x[i];
+        if (v < tau) continue;
+        const float w = expf(v - m);
+        sum += w;
+        if (w > 0.f) last_kept = i;
+      }
+    }
+    for (int offset = 16; offset > 0; offset /= 2) sum += shfl_xor(sum, offset);
+    if (lane == 0) s.total[t] = sum;
+  }
+  last_kept = block_reduce(last_kept, Max{});  // its barriers publish s.total
+  if (warp == 0) {
+    const float a = lane < tiles ? s.total[lane] : 0.f, b = lane + 32 < tiles ? s.total[lane + 32] : 0.f;
+    // Inclusive prefix sums in tile order: of a over lanes, then of b after all of a.
+    float ia = a, ib = b;
+    for (int offset = 1; offset < 32; offset *= 2) {
+      const float ta = __shfl_up_sync(kFullMask, ia, offset), tb = __shfl_up_sync(kFullMask, ib, offset);
+      if (lane >= offset) ia += ta, ib += tb;
+    }
+    const float total_a = __shfl_sync(kFullMask, ia, 31);
+    ib += total_a;
+    const float z = __shfl_sync(kFullMask, ib, 31);
+    const float target = u * z;
+    const float ea = ia - a, eb = ib - b;  // the carry before each tile
+    const unsigned in_a = __ballot_sync(kFullMask, lane < tiles && ia > target);
+    const unsigned in_b = __ballot_sync(kFullMask, lane + 32 < tiles && ib > target);
+    const int tile = in_a != 0u ? __ffs(in_a) - 1 : in_b != 0u ? 32 + __ffs(in_b) - 1 : -1;
+    if (lane == 0) {
+      s.tile = tile;
+      s.target = target;
+    }
+    if (tile >= 0 && lane == tile % 32) s.carry = tile < 32 ? ea : eb;
+  }
+  __syncthreads();
+  const int tile = s.tile;
+  const float carry = s.carry, target = s.target;
+  __syncthreads();  // s is free for the next row's use
+  const int drawn = tile >= 0 ? draw_token(x, n, tau, m, target, tile, carry) : -1;
+  return drawn >= 0 ? drawn : last_kept;
 }
 
 // Count and mass (fixed point, as the top-p select weighs it) of the elements x >= tau.
@@ -425,9 +496,11 @@ __device__ void compact(const Row& x, int vocab, float tau, CandidateList& list)
 // position in x, or -1 when nothing is kept (cannot happen for a valid call).
 template <class Row>
 __device__ int sample_kept(const Row& x, int n, float tau_a, float m, const SamplingParams& p, Mass nucleus_mass,
-                           std::uint64_t step, SelectScratch<Mass>& mass_scratch) {
+                           std::uint64_t step, SelectScratch<Mass>& mass_scratch, DrawScratch& draw_scratch) {
   float tau = tau_a;
   if (p.top_p < 1.f) tau = fmaxf(tau, select_threshold(x, n, nucleus_mass, KeptMass{tau_a, m}, mass_scratch));
+  const float u = sample::sampling_uniform(p.seed, step);
+  if (n > kTile && n <= kMaxTiles * kTile) return draw_by_tiles(x, n, tau, m, u, draw_scratch);
   float z = 0.f;
   int last_kept = -1;  // the fallback when rounding runs past the end: the last kept p > 0
   for (int i = threadIdx.x; i < n; i += kThreads) {
@@ -439,7 +512,7 @@ __device__ int sample_kept(const Row& x, int n, float tau_a, float m, const Samp
   }
   z = block_reduce(z, Sum{});
   last_kept = block_reduce(last_kept, Max{});
-  const int drawn = draw_token(x, n, tau, m, sample::sampling_uniform(p.seed, step) * z);
+  const int drawn = draw_token(x, n, tau, m, u * z);
   return drawn >= 0 ? drawn : last_kept;
 }
 
@@ -453,6 +526,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __shared__ SelectScratch<int> count_scratch;
   __shared__ SelectScratch<Mass> mass_scratch;
   __shared__ CandidateList list;
+  __shared__ DrawScratch draw_scratch;
   const int row = blockIdx.x;
   const float* raw = logits + static_cast<std::int64_t>(row) * vocab;
   const SamplingParams p = params[row];
@@ -489,7 +563,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float m = sample::scaled_logit(stats.max, p.temperature);  // division is monotonic: = max x
   float tau = sample::min_p_threshold(m, p.min_p);
   if (p.top_k > 0 && p.top_k < vocab) tau = fmaxf(tau, select_threshold(x, vocab, p.top_k, CountAll{}, count_scratch));
-  const KeptStats kept = kept_stats(x, vocab, tau, m);
+  // Plain temperature sampling keeps every element: no pass needed to count them.
+  const KeptStats kept = tau == -INFINITY && !(p.top_p < 1.f) ? KeptStats{vocab, 0} : kept_stats(x, vocab, tau, m);
   const Mass nucleus_mass = static_cast<Mass>(static_cast<double>(p.top_p) * static_cast<double>(kept.mass));
   float list_floor = tau;  // the short list holds x >= list_floor
   int floor_count = kept.count;
@@ -504,10 +579,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   int token = -1;
   if (floor_count <= kCandidates) {
     compact(x, vocab, list_floor, list);
-    const int at = sample_kept(ListRow{list.values}, floor_count, tau, m, p, nucleus_mass, steps[row], mass_scratch);
+    const int at = sample_kept(ListRow{list.values}, floor_count, tau, m, p, nucleus_mass, steps[row], mass_scratch,
+                               draw_scratch);
     if (at >= 0) token = list.indices[at];
   } else {
-    token = sample_kept(x, vocab, tau, m, p, nucleus_mass, steps[row], mass_scratch);
+    token = sample_kept(x, vocab, tau, m, p, nucleus_mass, steps[row], mass_scratch, draw_scratch);
   }
   finish(token >= 0 ? token : stats.argmax);
 }
