@@ -558,8 +558,8 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   }
   // Ticket: lane 0 releases the warp's writes (ordered before it by __syncwarp). The only
   // item of its group needs none (v25): __syncwarp orders its lanes' state writes before their
-  // reads below, and no other warp reads them; the fences and the atomic were a round trip
-  // each at the end of every lone item's chain (llama-3-8b B=128: 4-row items of 5 columns).
+  // reads below, and no other warp reads them, so the fences and the atomic ordered nothing
+  // (measured within noise, docs/perf-notes.md v25; kept as the simpler path).
   __syncwarp();
   if (grp.items > 1) {
     int last = 0;

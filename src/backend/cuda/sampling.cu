@@ -7,7 +7,8 @@
 //      (else every later pass re-reads the raw row from global memory / L2).
 //   2. top-k: radix select of the k-th largest x: 4 passes of 8 bits over order_key(x)
 //      (float bits mapped to unsigned order), a 256-bin histogram in shared memory.
-//   3. count and mass Z_a of the kept set x >= tau_a. With top-p and more than kCandidates
+//   3. count and mass Z_a of the kept set x >= tau_a (skipped when nothing is cut: plain
+//      temperature sampling keeps every element). With top-p and more than kCandidates
 //      kept, the kCandidates largest are selected the same way; if they hold top_p * Z_a the
 //      nucleus lies among them. The kept set (or that nucleus superset), when it has at most
 //      kCandidates elements, is compacted in index order into shared memory, and the rest
@@ -15,7 +16,9 @@
 //   4. top-p: the same radix select with p_i as the weight: the largest key K with
 //      sum_{x >= K} p >= top_p * Z_a.
 //   5. Z over x >= tau, then the index-order draw: tiles of 4 contiguous elements per
-//      thread, a block exclusive scan; the first index whose running sum exceeds u * Z.
+//      thread, a block exclusive scan; the first index whose running sum exceeds u * Z. Rows
+//      of 2..kMaxTiles tiles sum every tile in one pass first (draw_by_tiles) and scan only
+//      from the tile where the running sum crosses u * Z.
 // No sort, no global scratch: thresholds come out exact (order statistics over float bits),
 // only the sums run in another order than on the CPU. No float atomics either (top-p masses
 // are summed in fixed point), so a row gives the same result on every run.
