@@ -155,16 +155,18 @@ __global__ void rope_append_kv_kernel(bf16_t* qkv, int q_heads, int kv_heads, in
         continue;
       }
       const float a = __bfloat162float(h[i]), b = __bfloat162float(h[i + half]);
-      // q heads go to q_out where given (the qkv row keeps them unrotated), else in place
-      bf16_t* to = q_out != nullptr && head < q_heads
-                       ? q_out + (static_cast<std::int64_t>(row) * q_heads + head) * head_dim
-                       : h;
-      to[i] = __float2bfloat16(a * c - b * s);
-      to[i + half] = __float2bfloat16(b * c + a * s);
-      if (head >= q_heads) {  // k: also appended to the cache
+      const bf16_t x = __float2bfloat16(a * c - b * s), y = __float2bfloat16(b * c + a * s);
+      // q heads go to q_out where given, else in place; with q_out the qkv row is left as it
+      // was (k goes to the cache alone)
+      if (q_out == nullptr || head < q_heads) {
+        bf16_t* to = q_out != nullptr ? q_out + (static_cast<std::int64_t>(row) * q_heads + head) * head_dim : h;
+        to[i] = x;
+        to[i + half] = y;
+      }
+      if (head >= q_heads) {  // k: appended to the cache
         const std::int64_t at = slot_base + static_cast<std::int64_t>(head - q_heads) * head_dim;
-        k_cache[at + i] = h[i];
-        k_cache[at + i + half] = h[i + half];
+        k_cache[at + i] = x;
+        k_cache[at + i + half] = y;
       }
     }
   }
@@ -210,11 +212,14 @@ __global__ void rope_append_kv_vec8_kernel(bf16_t* qkv, int q_heads, int kv_head
       x[k] = __float2bfloat16(av * cs - bv * sn);
       y[k] = __float2bfloat16(bv * cs + av * sn);
     }
-    // q heads go to q_out where given (the qkv row keeps them unrotated), else in place
-    bf16_t* to = q_out != nullptr && head < q_heads ? q_out + (static_cast<std::int64_t>(row) * q_heads + head) * head_dim : h;
-    *reinterpret_cast<uint4*>(to + c) = x8;
-    *reinterpret_cast<uint4*>(to + c + half) = y8;
-    if (head >= q_heads) {  // k: the rotated values also appended to the cache
+    // q heads go to q_out where given, else in place; with q_out the qkv row is left as it was
+    // (k goes to the cache alone: nothing reads qkv's k after this kernel)
+    if (q_out == nullptr || head < q_heads) {
+      bf16_t* to = q_out != nullptr ? q_out + (static_cast<std::int64_t>(row) * q_heads + head) * head_dim : h;
+      *reinterpret_cast<uint4*>(to + c) = x8;
+      *reinterpret_cast<uint4*>(to + c + half) = y8;
+    }
+    if (head >= q_heads) {  // k: the rotated values appended to the cache
       bf16_t* at = k_cache + slot_base + static_cast<std::int64_t>(head - q_heads) * head_dim;
       *reinterpret_cast<uint4*>(at + c) = x8;
       *reinterpret_cast<uint4*>(at + c + half) = y8;

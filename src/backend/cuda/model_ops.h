@@ -22,8 +22,9 @@ void add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& weight, f
 // writes row r's rotated k and its v to slot slots[r] (i32 [rows]) of k_cache / v_cache,
 // bf16 [slots, kv_heads, head_dim]: a page pool with slot = page * page_size + offset.
 // q_out (bf16, contiguous, rows x q_heads x head_dim elements), where given, receives the
-// rotated q heads instead of qkv (whose q columns then stay as they were): the attention's
-// contiguous q without a copy out of the strided qkv rows.
+// rotated q heads instead of qkv, and qkv is then left as it was (the rotated k goes to
+// k_cache only): the attention's contiguous q without a copy out of the strided qkv rows,
+// and no write-back nobody reads.
 // Twin: apply_rope + KvCache::write.
 void rope_append_kv(Tensor& qkv, std::int64_t q_heads, std::int64_t kv_heads, const Tensor& positions,
                     const Tensor& inv_freq, const Tensor& slots, Tensor& k_cache, Tensor& v_cache,
