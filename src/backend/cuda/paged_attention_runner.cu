@@ -323,18 +323,20 @@ int quad_decode_keys(const attn::AttentionPlan& plan) { return quad_decode_keys(
 // (decode_attention.cuh). With the SMs full they gain nothing, and the early blocks crowd the
 // few SMs free at the start (H200, HYDRAGEN_PDL=1 everywhere: 32/8 B=32 16K s1 1.17x, 32K s1
 // 1.33x; docs/perf-notes.md v23c).
+bool pdl_rule(std::int64_t shared_items, int blocks_per_sm, int sms) {
+  if (shared_items == 0 || blocks_per_sm <= 0) return false;
+  const std::int64_t busy = (shared_items + blocks_per_sm - 1) / blocks_per_sm;
+  return 2 * busy <= sms;
+}
+
+// HYDRAGEN_RESCALE_LAG: a plain number in [0, kMaxRescaleLag] (the whole text), else an error
+// naming the variable.
 float parse_rescale_lag(const std::string& text) {
   char* end = nullptr;
   const float lag = std::strtof(text.c_str(), &end);
   HG_CHECK(end != text.c_str() && *end == '\0' && lag >= 0.f && lag <= kMaxRescaleLag, "HYDRAGEN_RESCALE_LAG=", text,
            ": expected a number from 0 to ", kMaxRescaleLag);
   return lag;
-}
-
-bool pdl_rule(std::int64_t shared_items, int blocks_per_sm, int sms) {
-  if (shared_items == 0 || blocks_per_sm <= 0) return false;
-  const std::int64_t busy = (shared_items + blocks_per_sm - 1) / blocks_per_sm;
-  return 2 * busy <= sms;
 }
 
 bool supported_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128; }
