@@ -614,6 +614,70 @@ TEST(CudaAttention, NarrowAndWideDecodeKernelsMatchReference) {
 // more (ticket, chunked merge); a one-row split suffix's last arrival (in registers, from the
 // buffer); 4- and 8-row groups' last arrivals (batched). Each trial checks that its plan has
 // the columns it is meant to cover.
+// The only suffix item of its group with 4 or 8 rows (GQA decode under a split stacked prefix)
+// merges in line when its (row, other column) pairs fit kInLinePairs: its own state never
+// written, the other columns' lse fetched under its keys (merge_rows_in_line); one pair past
+// that takes the ticket path. Each trial asserts how many items take which path, for head
+// dims 128 and 64.
+TEST(CudaAttention, LoneMultiRowItemsMergeInLine) {
+  SKIP_WITHOUT_GPU();
+#ifdef HYDRAGEN_WITH_CUDA
+  Rng rng;
+  SCOPED_TRACE(rng.trace());
+  const ScopedEnv suffix_env("HYDRAGEN_SUFFIX_KERNEL", "decode");
+  const ScopedEnv kernel_env("HYDRAGEN_DECODE_KERNEL", "warp");
+  struct Trial {
+    int groups, head_dim;
+    std::int64_t segment;
+    bool in_line;  // every suffix item merges in line (else every one takes the ticket)
+  };
+  const Trial trials[] = {
+      {4, 128, 256, true},    // 2 splits + own: 4 rows x 2 others
+      {4, 128, 512, true},    // 4 splits: 4 x 4 = 16 pairs, the bound
+      {4, 64, 512, true},
+      {4, 128, 640, false},   // 5 splits: 20 pairs
+      {8, 128, 256, true},    // 8 x 2 = 16
+      {8, 64, 256, true},
+      {8, 128, 384, false},   // 8 x 3 = 24
+  };
+  for (const Trial& t : trials) {
+    testing::PagedShape shape;
+    shape.page_size = 64;
+    shape.head_dim = t.head_dim;
+    shape.groups = t.groups;
+    shape.kv_heads = 2;
+    shape.batch = 6;
+    shape.segment_lengths = {t.segment};
+    shape.suffix_lengths = {1, 40, 100};
+    shape.round_to_bf16 = true;
+    const testing::PagedCase c = testing::random_paged_case(shape, rng);
+    attn::PlanOptions options = cuda::plan_options_for_device(DType::bf16, shape.head_dim, AttentionMode::hydragen, true);
+    options.min_sharers_to_stack = 1, options.min_segment_tokens_to_stack = 1;
+    options.fold_when_stacking_saves_little = false;
+    options.shared_min_split_tokens = options.shared_short_split_tokens = 128;
+    options.shared_slots = options.shared_full_tile_slots = options.suffix_slots = 1 << 20;
+    options.suffix_min_split_tokens = 128;  // no suffix split: every suffix item alone in its group
+    options.suffix_tile_rows = attn::kSuffixTileRows;
+    const attn::AttentionPlan plan = attn::build_attention_plan(c.layout, options);
+    int in_line = 0, ticket = 0;
+    for (const attn::PlanItem& it : plan.suffix_items) {
+      const attn::PlanMergeGroup& g = plan.groups[static_cast<std::size_t>(it.group)];
+      ASSERT_EQ(g.items, 1);
+      ASSERT_EQ(it.row_count, t.groups);
+      (it.row_count * (g.columns - 1) <= cuda::kInLinePairs && g.columns >= 2 ? in_line : ticket) += 1;
+    }
+    const std::string what = concat("G ", t.groups, " d ", t.head_dim, " segment ", t.segment, " columns ",
+                                    plan.max_columns, " in line ", in_line, " ticket ", ticket);
+    EXPECT_EQ(in_line, t.in_line ? static_cast<int>(plan.suffix_items.size()) : 0) << what;
+    EXPECT_EQ(ticket, t.in_line ? 0 : static_cast<int>(plan.suffix_items.size())) << what;
+    const AttentionState ref = reference_tree_attention(c.tree, c.q);
+    const AttentionState got = run_on_device(c, plan, options.shared_tile_rows);
+    EXPECT_LE(relative_norm_error(got.o, ref.o), 5e-3) << what;
+    expect_lse_near(got.lse, ref.lse, what);
+  }
+#endif
+}
+
 TEST(CudaAttention, DecodeMergesOfManyColumnsMatchReference) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA

@@ -170,20 +170,33 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   int pre_col = -1;
   float pre_lse = -INFINITY, pre_o[Shape::kDims] = {};
   attn::PlanMergeGroup grp{0, 0};
-  if constexpr (R == 1) grp = p.groups[it.group];  // (plan data: no wait)
+  if constexpr (R != 2) grp = p.groups[it.group];  // (plan data: no wait)
   // Row 0's partial-state entry in `column` (its fields are lane 0's my_row).
   auto row0_entry = [&](int column) {
     return std::int64_t{__shfl_sync(0xffffffffu, my_row.state_base, 0)} +
            std::int64_t{column} * __shfl_sync(0xffffffffu, my_row.state_stride, 0) + it.kv_head * group_size +
            __shfl_sync(0xffffffffu, my_row.group, 0);
   };
-  // A row alone in its group with 3..32 columns merges in line (merge_row_in_registers).
+  // A row alone in its group with 3..32 columns merges in line (merge_row_in_registers), and so
+  // do 3-8 rows alone in theirs with at most kInLinePairs (row, other column) pairs
+  // (merge_rows_in_line).
   const bool one_row_in_line = R == 1 && grp.items == 1 && grp.columns > 2 && grp.columns <= 32;
+  const bool rows_in_line = R >= 4 && grp.items == 1 && grp.columns >= 2 && rows * (grp.columns - 1) <= kInLinePairs;
   float early_lse = -INFINITY;
   bool fetched = false;
   auto fetch_shared_states = [&] {
     fetched = true;
     wait_for_shared_launch();
+    if constexpr (R >= 4) {
+      if (rows_in_line) {  // lane r * (n - 1) + j: row r's j-th other column (own skipped)
+        const int others = grp.columns - 1, r = min(lane / others, R - 1), j = lane % others;
+        const int column = j < it.column ? j : j + 1;
+        const std::int64_t e = std::int64_t{__shfl_sync(0xffffffffu, my_row.state_base, r)} +
+                               std::int64_t{column} * __shfl_sync(0xffffffffu, my_row.state_stride, r) +
+                               it.kv_head * group_size + __shfl_sync(0xffffffffu, my_row.group, r);
+        if (lane < rows * others) early_lse = __ldcg(p.states.lse + e);
+      }
+    }
     if constexpr (R == 1) {
       if (one_row_in_line) {
         const std::int64_t e = row0_entry(lane);  // (all lanes: the shuffles)
@@ -297,7 +310,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
       }
       ptx::cp_async_commit();
     }
-    if (R == 1 && !fetched) fetch_shared_states();  // under the first chunk's keys
+    if ((R == 1 || rows_in_line) && !fetched) fetch_shared_states();  // under the first chunk's keys
     if (ci + 1 < chunks) {
       if ((ci & 1) == 1) next_piece = p.pieces[it.piece_begin + (ci + 1) / 2];
       next_slot = key_slot(next_piece, ((ci + 1) & 1) * Shape::kChunk);
@@ -461,7 +474,18 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
 
   // The only suffix item of its rows and at most one other state (one unsplit stacked column;
   // R <= 2, whose other state was fetched under the keys): merge in registers here.
-  if constexpr (R != 1) grp = p.groups[it.group];
+  if constexpr (R == 2) grp = p.groups[it.group];
+  if constexpr (R >= 4) {
+    if (rows_in_line) {
+      float own_o[R][DL];
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int i = 0; i < DL; ++i) own_o[r][i] = acc[r][i] * inv[r];
+      merge_rows_in_line<T, D, R>(p, it, rows, grp.columns, my_row, own_o, lse, early_lse, lane);
+      return;
+    }
+  }
   if (grp.items == 1 && (grp.columns == 1 || (R <= 2 && grp.columns == 2))) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {

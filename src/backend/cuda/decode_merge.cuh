@@ -9,6 +9,7 @@
 #include "backend/cuda/attention_state.cuh"
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/paged_attention.cuh"
+#include "backend/cuda/paged_attention_runner.h"  // kInLinePairs
 
 namespace hydragen::cuda {
 
@@ -76,6 +77,75 @@ __device__ __forceinline__ void merge_row_in_registers(const PagedAttentionParam
 #pragma unroll
   for (int i = 0; i < DL; ++i) out[i] = ptx::from_float<T>(acc[i]);
   if (lane == 0) p.out_lse[qi] = out_lse;
+}
+
+// The only suffix item of its group, R >= 4 rows (rows of them) over n columns with
+// rows * (n - 1) <= kInLinePairs (v26): its own state stays in registers (own_o[r]: this lane's
+// D / 32 dims of row r, normalised; own_lse[r]) and is never written; lane r * (n - 1) + j holds
+// the lse of row r's j-th other column (lane_lse, fetched under the item's keys); every other
+// column's o is loaded at once (a zero weight's never: it may be unwritten), then each row
+// merges as merge_states_chunk does (weights exp(lse - max), their sum, the weighted o) and
+// writes its output. One round trip after the keys where the ticket path took four.
+template <class T, int D, int R>
+__device__ __forceinline__ void merge_rows_in_line(const PagedAttentionParams& p, const attn::PlanItem& it, int rows,
+                                                   int n, const attn::PlanRow& my_row, const float (&own_o)[R][D / 32],
+                                                   const float (&own_lse)[R], float lane_lse, int lane) {
+  constexpr int DL = D / 32;
+  constexpr int kOther = kInLinePairs / R;  // other columns per row held at once
+  static_assert(R >= 4 && kOther >= 1);
+  const int group_size = p.q_heads / p.kv_heads;
+  const int others = n - 1;
+  float mx[R], w[R][kOther], x[R][kOther][DL];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int base = __shfl_sync(0xffffffffu, my_row.state_base, r);
+    const int stride = __shfl_sync(0xffffffffu, my_row.state_stride, r);
+    const std::int64_t head_entry = std::int64_t{base} + it.kv_head * group_size + __shfl_sync(0xffffffffu, my_row.group, r);
+    mx[r] = own_lse[r];
+#pragma unroll
+    for (int j = 0; j < kOther; ++j) {
+      w[r][j] = __shfl_sync(0xffffffffu, lane_lse, (r * others + j) & 31);  // (lse until the max is known)
+      if (r >= rows || j >= others) w[r][j] = -INFINITY;
+      mx[r] = fmaxf(mx[r], w[r][j]);
+    }
+#pragma unroll
+    for (int j = 0; j < kOther; ++j) {
+      w[r][j] = mx[r] == -INFINITY ? 0.f : __expf(w[r][j] - mx[r]);  // 0 at -inf: never loaded
+#pragma unroll
+      for (int i = 0; i < DL; ++i) x[r][j][i] = 0.f;
+      if (w[r][j] == 0.f) continue;
+      const int column = j < it.column ? j : j + 1;  // the other columns, own skipped
+      const float* src = p.states.o + (head_entry + std::int64_t{column} * stride) * D + lane * DL;
+      if constexpr (DL == 4) {
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(src));
+        x[r][j][0] = v.x, x[r][j][1] = v.y, x[r][j][2] = v.z, x[r][j][3] = v.w;
+      } else {
+        const float2 v = __ldcg(reinterpret_cast<const float2*>(src));
+        x[r][j][0] = v.x, x[r][j][1] = v.y;
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (r >= rows) break;
+    const float w_own = mx[r] == -INFINITY ? 0.f : __expf(own_lse[r] - mx[r]);
+    float sum = w_own, acc[DL];
+#pragma unroll
+    for (int i = 0; i < DL; ++i) acc[i] = w_own * own_o[r][i];
+#pragma unroll
+    for (int j = 0; j < kOther; ++j) {
+      sum += w[r][j];
+#pragma unroll
+      for (int i = 0; i < DL; ++i) acc[i] += w[r][j] * x[r][j][i];
+    }
+    const float rs = sum > 0.f ? 1.f / sum : 0.f;
+    const int token = __shfl_sync(0xffffffffu, my_row.token, r);
+    const std::int64_t qi = std::int64_t{token} * p.q_heads + it.kv_head * group_size + __shfl_sync(0xffffffffu, my_row.group, r);
+    T* out = static_cast<T*>(p.out) + qi * D + lane * DL;
+#pragma unroll
+    for (int i = 0; i < DL; ++i) out[i] = ptx::from_float<T>(acc[i] * rs);
+    if (lane == 0) p.out_lse[qi] = mx[r] == -INFINITY ? -INFINITY : mx[r] + __logf(sum);
+  }
 }
 
 // The last arrival's merge of its group's rows (<= 8) over n state columns: the arithmetic of

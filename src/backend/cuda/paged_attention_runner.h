@@ -91,6 +91,11 @@ int quad_decode_keys(const attn::AttentionPlan& plan);
 // shared launch's `shared_items` (at `blocks_per_sm` per SM) keep at most half of the `sms`
 // SMs busy. HYDRAGEN_PDL=1 / 0 forces it on / off. Host only.
 bool pdl_rule(std::int64_t shared_items, int blocks_per_sm, int sms);
+// The decode kernel's in-line merge of a lone item of 3-8 rows (decode_merge.cuh,
+// merge_rows_in_line): at most this many (row, other column) pairs, whose lse the lanes hold
+// and whose o loads are in flight at once (kInLinePairs / rows per row). Wider groups take the
+// ticket path.
+inline constexpr int kInLinePairs = 16;
 // The shared kernels' lazy rescaling (online_softmax_step in shared_attention.cuh): a row's
 // running max moves only once a score exceeds it by more than this many log2 units, so the
 // unnormalized probabilities stay <= 2^lag (fp16's P holds up to 2^15). 0 moves it on every
