@@ -659,17 +659,22 @@ TEST(CudaAttention, LoneMultiRowItemsMergeInLine) {
     options.suffix_min_split_tokens = 128;  // no suffix split: every suffix item alone in its group
     options.suffix_tile_rows = attn::kSuffixTileRows;
     const attn::AttentionPlan plan = attn::build_attention_plan(c.layout, options);
-    int in_line = 0, ticket = 0;
+    // Items of sequences under no segment (random_paged_case hangs a few at the root) have no
+    // other column: they write their rows directly.
+    int in_line = 0, ticket = 0, alone = 0;
     for (const attn::PlanItem& it : plan.suffix_items) {
       const attn::PlanMergeGroup& g = plan.groups[static_cast<std::size_t>(it.group)];
       ASSERT_EQ(g.items, 1);
       ASSERT_EQ(it.row_count, t.groups);
-      (it.row_count * (g.columns - 1) <= cuda::kInLinePairs && g.columns >= 2 ? in_line : ticket) += 1;
+      if (g.columns == 1) ++alone;
+      else (it.row_count * (g.columns - 1) <= cuda::kInLinePairs ? in_line : ticket) += 1;
     }
     const std::string what = concat("G ", t.groups, " d ", t.head_dim, " segment ", t.segment, " columns ",
-                                    plan.max_columns, " in line ", in_line, " ticket ", ticket);
-    EXPECT_EQ(in_line, t.in_line ? static_cast<int>(plan.suffix_items.size()) : 0) << what;
-    EXPECT_EQ(ticket, t.in_line ? 0 : static_cast<int>(plan.suffix_items.size())) << what;
+                                    plan.max_columns, " in line ", in_line, " ticket ", ticket, " alone ", alone);
+    const int merging = static_cast<int>(plan.suffix_items.size()) - alone;
+    EXPECT_GE(merging, 1) << what;
+    EXPECT_EQ(in_line, t.in_line ? merging : 0) << what;
+    EXPECT_EQ(ticket, t.in_line ? 0 : merging) << what;
     const AttentionState ref = reference_tree_attention(c.tree, c.q);
     const AttentionState got = run_on_device(c, plan, options.shared_tile_rows);
     EXPECT_LE(relative_norm_error(got.o, ref.o), 5e-3) << what;
