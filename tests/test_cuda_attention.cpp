@@ -631,14 +631,19 @@ TEST(CudaAttention, LoneMultiRowItemsMergeInLine) {
     std::int64_t segment;
     bool in_line;  // every suffix item merges in line (else every one takes the ticket)
   };
+  // The bound counts the kernel's R rows (4 for items of 3-4 rows, 8 for 5-8), not the item's:
+  // 3 rows x 5 others would fit 16 pairs but not R = 4's four others per row.
   const Trial trials[] = {
       {4, 128, 256, true},    // 2 splits + own: 4 rows x 2 others
       {4, 128, 512, true},    // 4 splits: 4 x 4 = 16 pairs, the bound
       {4, 64, 512, true},
       {4, 128, 640, false},   // 5 splits: 20 pairs
+      {3, 128, 640, false},   // 3 rows (R = 4) x 5 others: past R's four
+      {3, 128, 512, true},    // 3 rows x 4 others
       {8, 128, 256, true},    // 8 x 2 = 16
       {8, 64, 256, true},
       {8, 128, 384, false},   // 8 x 3 = 24
+      {5, 128, 384, false},   // 5 rows (R = 8) x 3 others
   };
   for (const Trial& t : trials) {
     testing::PagedShape shape;
@@ -666,8 +671,9 @@ TEST(CudaAttention, LoneMultiRowItemsMergeInLine) {
       const attn::PlanMergeGroup& g = plan.groups[static_cast<std::size_t>(it.group)];
       ASSERT_EQ(g.items, 1);
       ASSERT_EQ(it.row_count, t.groups);
+      const int kernel_rows = it.row_count <= 4 ? 4 : 8;  // the decode kernel's R for 3-8 rows
       if (g.columns == 1) ++alone;
-      else (it.row_count * (g.columns - 1) <= cuda::kInLinePairs ? in_line : ticket) += 1;
+      else (kernel_rows * (g.columns - 1) <= cuda::kInLinePairs ? in_line : ticket) += 1;
     }
     const std::string what = concat("G ", t.groups, " d ", t.head_dim, " segment ", t.segment, " columns ",
                                     plan.max_columns, " in line ", in_line, " ticket ", ticket, " alone ", alone);

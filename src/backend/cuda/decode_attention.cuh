@@ -181,7 +181,8 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   // do 3-8 rows alone in theirs with at most kInLinePairs (row, other column) pairs
   // (merge_rows_in_line).
   const bool one_row_in_line = R == 1 && grp.items == 1 && grp.columns > 2 && grp.columns <= 32;
-  const bool rows_in_line = R >= 4 && grp.items == 1 && grp.columns >= 2 && rows * (grp.columns - 1) <= kInLinePairs;
+  // (Bound by R, not rows: merge_rows_in_line<R> holds kInLinePairs / R other columns per row.)
+  const bool rows_in_line = R >= 4 && grp.items == 1 && grp.columns >= 2 && R * (grp.columns - 1) <= kInLinePairs;
   float early_lse = -INFINITY;
   bool fetched = false;
   auto fetch_shared_states = [&] {

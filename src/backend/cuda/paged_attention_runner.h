@@ -92,9 +92,9 @@ int quad_decode_keys(const attn::AttentionPlan& plan);
 // SMs busy. HYDRAGEN_PDL=1 / 0 forces it on / off. Host only.
 bool pdl_rule(std::int64_t shared_items, int blocks_per_sm, int sms);
 // The decode kernel's in-line merge of a lone item of 3-8 rows (decode_merge.cuh,
-// merge_rows_in_line): at most this many (row, other column) pairs, whose lse the lanes hold
-// and whose o loads are in flight at once (kInLinePairs / rows per row). Wider groups take the
-// ticket path.
+// merge_rows_in_line): at most this many (row, other column) pairs for the kernel's R rows
+// (4 for items of 3-4 rows, 8 for 5-8), whose lse the lanes hold and whose o loads are in
+// flight at once (kInLinePairs / R other columns per row). Wider groups take the ticket path.
 inline constexpr int kInLinePairs = 16;
 // The shared kernels' lazy rescaling (online_softmax_step in shared_attention.cuh): a row's
 // running max moves only once a score exceeds it by more than this many log2 units, so the
