@@ -8,15 +8,11 @@
 //     pieces) per stage, and needs few registers (setmaxnreg down to kProducerRegs). With TMA
 //     copies (WsLoads::kTma) its warp 0 fills the stages and warps 1..3 copy each item's Q.
 //     Warpgroups 1 and 2 are the consumers, 64 query rows each, at kConsumerRegs registers.
-//   - per stage four mbarriers, a `full` and an `empty` for each of its K and V halves (v27):
-//     `full` is arrived by the producer once its copies of that half have landed (each
-//     producer warp's lane 0 after cp.async.wait_group and fence.proxy.async by every lane so
-//     the tensor cores see them, __syncwarp, then a release arrive; or the hardware), `empty`
-//     by each consumer warp's lane 0 once its warpgroup's wgmmas that read the half are
-//     complete. K(b) is free as soon as S(b) is, a block before V(b), so the TMA producer
-//     copies K two blocks ahead of the consumers instead of one (the cp.async producers fill
-//     both halves at once, as before). No block-wide barrier in the loop: the producer runs up
-//     to kStages blocks ahead, across items.
+//   - per stage two mbarriers: `full` (each producer warp's lane 0 arrives once the warp's
+//     copies of the stage have landed: cp.async.wait_group and fence.proxy.async by every lane
+//     so the tensor cores see them, __syncwarp, then a release arrive) and `empty` (each consumer warp's lane 0 arrives once
+//     its warpgroup's wgmmas that read the stage are complete). No block-wide barrier in the
+//     loop: the producer runs up to kStages blocks ahead, across items.
 //   - per 128-key block b a consumer issues S(b) = Q K(b)^T (m64n128k16, 8 k-steps) and then
 //     O += P(b-1) V(b-1) (m64n128k16, P from registers, 8 k-steps), waits for S(b) only, runs
 //     the online softmax of S(b) while P.V(b-1) is still on the tensor cores, then waits for
@@ -27,7 +23,7 @@
 // Shared memory (1024-byte aligned, 128B swizzle as in shared_attention.cuh):
 //   Q: [2 halves][128 rows][128 B] (consumer c owns rows 64c..64c+63, written by itself)
 //   stage s (kStages): K [2 halves][128 keys][128 B], then V the same
-//   mbarriers: full_k, full_v, empty_k, empty_v [kStages] each, q_full, q_free
+//   mbarriers: full[kStages], empty[kStages]
 #pragma once
 
 #include <cuda.h>
@@ -55,8 +51,8 @@ struct WsSharedTile {
   static constexpr int kKvBytes = 2 * kKvHalf;   // K (or V) of one stage
   static constexpr int kStageBytes = 2 * kKvBytes;
   static constexpr int kBarrierOffset = 2 * kQHalf + kStages * kStageBytes;
-  // full_k, full_v, empty_k, empty_v [kStages] each, q_full, q_free; + alignment slack
-  static constexpr int kSmemBytes = kBarrierOffset + (4 * kStages + 2) * 8 + 1024;
+  // full[kStages], empty[kStages], q_full, q_free; + alignment slack
+  static constexpr int kSmemBytes = kBarrierOffset + (2 * kStages + 2) * 8 + 1024;
   static constexpr int kQLoaders = 96;           // producer warps 1..3 (kTma: they copy Q)
   static constexpr int kProducerRegs = 72;       // two blocks of page lookups in flight
   static constexpr int kConsumerRegs = 216;      // 128 * 72 + 256 * 216 = 64512 <= 65536
@@ -101,21 +97,16 @@ __global__ void __launch_bounds__(384, 1)
   unsigned char* sq = smem;
   unsigned char* skv = smem + 2 * Tile::kQHalf;
   const std::uint32_t sq_addr = ptx::smem_addr(sq), skv_addr = ptx::smem_addr(skv);
-  // Stage s's barriers: full (K) at full_addr + 8 s, full (V) kVHalf bytes after it; the
-  // same for empty.
-  constexpr std::uint32_t kVHalf = Tile::kStages * 8;
   const std::uint32_t full_addr = ptx::smem_addr(smem + Tile::kBarrierOffset);
-  const std::uint32_t empty_addr = full_addr + 2 * kVHalf;
-  const std::uint32_t q_full_addr = empty_addr + 2 * kVHalf, q_free_addr = q_full_addr + 8;
+  const std::uint32_t empty_addr = full_addr + Tile::kStages * 8;
+  const std::uint32_t q_full_addr = empty_addr + Tile::kStages * 8, q_free_addr = q_full_addr + 8;
 
   allow_dependent_launch();
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = warp / 4;
   if (tid == 0) {
     for (int s = 0; s < Tile::kStages; ++s) {
-      for (int half = 0; half < 2; ++half) {
-        wgmma::mbar_init(full_addr + half * kVHalf + 8 * s, HwArrive ? kStageCopiers : 4);  // every copying thread / warp
-        wgmma::mbar_init(empty_addr + half * kVHalf + 8 * s, 8);  // lane 0 of every consumer warp
-      }
+      wgmma::mbar_init(full_addr + 8 * s, HwArrive ? kStageCopiers : 4);  // every copying thread / warp
+      wgmma::mbar_init(empty_addr + 8 * s, 8);   // lane 0 of every consumer warp
     }
     wgmma::mbar_init(q_full_addr, Tile::kQLoaders);  // every Q loader thread (noinc)
     wgmma::mbar_init(q_free_addr, 2);                // one thread per consumer
@@ -150,28 +141,25 @@ __global__ void __launch_bounds__(384, 1)
     };
     // A stage is full once this warp's copies of it have landed (each lane waited for its own
     // and made them visible to the tensor cores; __syncwarp orders them before lane 0's arrive).
-    auto arrive_full = [&](int stage) {  // (both halves)
+    auto arrive_full = [&](int stage) {
       wgmma::fence_proxy_async();
       __syncwarp();
-      if (lane == 0) wgmma::mbar_arrive(full_addr + 8 * stage), wgmma::mbar_arrive(full_addr + kVHalf + 8 * stage);
+      if (lane == 0) wgmma::mbar_arrive(full_addr + 8 * stage);
     };
-    // A stage's both halves are free (the cp.async producers fill them at once).
-    auto wait_empty = [&](int stage, int parity) {
-      wgmma::mbar_wait(empty_addr + 8 * stage, parity);
-      wgmma::mbar_wait(empty_addr + kVHalf + 8 * stage, parity);
-    };
-    // cp.async of one piece's keys of one pool (K or V) into its half of that pool's tile of a
-    // stage by the kStageCopiers threads (this one: keys key0 + copiers / 16 * i); zeros past
-    // the piece.
-    auto copy_piece = [&](const attn::PlanPiece& pc, int h, int kv_head, const T* pool, unsigned char* dst) {
+    // cp.async of one piece's keys into its half of a stage by the kStageCopiers threads (this
+    // one: keys key0 + copiers / 16 * i); zeros past the piece.
+    auto copy_piece = [&](const attn::PlanPiece& pc, int h, int kv_head, unsigned char* sk) {
+      unsigned char* sv = sk + Tile::kKvBytes;
       constexpr int kKeyStep = kStageCopiers / 16;
-#pragma unroll 2  // (8 spilled the producer's 72 registers once K and V took turns)
+#pragma unroll 8
       for (int i = 0; i < 64 / kKeyStep; ++i) {
         const int key = key0 + kKeyStep * i, tok = pc.token_begin + key;
         const bool valid = key < pc.tokens;
         const std::int64_t slot = valid ? pool_slot(p, pc, tok) : 0;
         const std::int64_t off = (slot * p.kv_heads + kv_head) * D + c * 8;
-        ptx::cp_async_16(dst + swizzled_offset(64 * h + key, c, Tile::kKvHalf), pool + off, valid);
+        const int o = swizzled_offset(64 * h + key, c, Tile::kKvHalf);
+        ptx::cp_async_16(sk + o, kp + off, valid);
+        ptx::cp_async_16(sv + o, vp + off, valid);
       }
     };
     if constexpr (Loads == WsLoads::kTma) {
@@ -237,27 +225,22 @@ __global__ void __launch_bounds__(384, 1)
           attn::PlanPiece after[2];
           load_pieces(it, pi + 4, after);
           const int next_slot = box_slot(next);
-          const int stage = issued % Tile::kStages, parity = (issued / Tile::kStages) & 1;
+          const int stage = issued % Tile::kStages;
+          const std::uint32_t full = full_addr + 8 * stage;
+          wgmma::mbar_wait(empty_addr + 8 * stage, ((issued / Tile::kStages) & 1) ^ 1);
+          unsigned char* sk = skv + stage * Tile::kStageBytes;
           const bool w0 = whole(pc[0]), w1 = whole(pc[1]);
-          // K, then V, each once the consumers have freed that half of the stage.
-#pragma unroll
-          for (int kv = 0; kv < 2; ++kv) {
-            const std::uint32_t full = full_addr + kv * kVHalf + 8 * stage;
-            wgmma::mbar_wait(empty_addr + kv * kVHalf + 8 * stage, parity ^ 1);
-            unsigned char* dst = skv + stage * Tile::kStageBytes + kv * Tile::kKvBytes;
-            if (w0 || w1) {
-              if (lane == 0) wgmma::mbar_expect_tx(full, (int(w0) + int(w1)) * 64 * D * int(sizeof(T)));
-              __syncwarp();
-              if (slot >= 0 && t == kv)
-                wgmma::tma_load_3d(ptx::smem_addr(dst + dh * Tile::kKvHalf + (64 * h + j * box_keys) * 128),
-                                   kv == 0 ? static_cast<const void*>(&tk) : static_cast<const void*>(&tv), 64 * dh,
-                                   it.kv_head, slot, full);
-            }
-            const T* pool = kv == 0 ? kp : vp;
-            if (!w0) copy_piece(pc[0], 0, it.kv_head, pool, dst);
-            if (!w1) copy_piece(pc[1], 1, it.kv_head, pool, dst);
-            wgmma::mbar_arrive_cp_async(full);
+          if (warp == 0 && (w0 || w1)) {
+            if (lane == 0) wgmma::mbar_expect_tx(full, (int(w0) + int(w1)) * 2 * 64 * D * int(sizeof(T)));
+            __syncwarp();
+            if (slot >= 0)
+              wgmma::tma_load_3d(ptx::smem_addr(sk + t * Tile::kKvBytes + dh * Tile::kKvHalf + (64 * h + j * box_keys) * 128),
+                                 t == 0 ? static_cast<const void*>(&tk) : static_cast<const void*>(&tv), 64 * dh, it.kv_head,
+                                 slot, full);
           }
+          if (!w0) copy_piece(pc[0], 0, it.kv_head, sk);
+          if (!w1) copy_piece(pc[1], 1, it.kv_head, sk);
+          wgmma::mbar_arrive_cp_async(full);
           ++issued;
 #pragma unroll
           for (int x = 0; x < 2; ++x) pc[x] = next[x], next[x] = after[x];
@@ -282,7 +265,7 @@ __global__ void __launch_bounds__(384, 1)
           lookup(pc, next_slot);     // block b + 1
           load_pieces(it, pi + 4, pc);  // block b + 2
           const int stage = issued % Tile::kStages;
-          wait_empty(stage, ((issued / Tile::kStages) & 1) ^ 1);
+          wgmma::mbar_wait(empty_addr + 8 * stage, ((issued / Tile::kStages) & 1) ^ 1);
           unsigned char* sk = skv + stage * Tile::kStageBytes;
           unsigned char* sv = sk + Tile::kKvBytes;
 #pragma unroll
@@ -297,7 +280,6 @@ __global__ void __launch_bounds__(384, 1)
             }
           if constexpr (HwArrive) {
             wgmma::mbar_arrive_cp_async(full_addr + 8 * stage);
-            wgmma::mbar_arrive_cp_async(full_addr + kVHalf + 8 * stage);
           } else {
             ptx::cp_async_commit();
             // The stage before this one is complete once at most this stage's group is in flight.
@@ -380,23 +362,14 @@ __global__ void __launch_bounds__(384, 1)
     for (int i = 0; i < 64; ++i) o[i] = 0.f;
     std::uint32_t pk[8][4];  // P of the previous block, packed: the A operand of its P.V
     float s[64];
-    // The next block's pieces and its K; -> its stage (and, in `parity`, its barriers' phase).
-    auto wait_full = [&](attn::PlanPiece (&piece)[2], int pi, int& parity) {
+    auto wait_full = [&](attn::PlanPiece (&piece)[2], int pi) {  // the block's pieces; -> its stage
       piece[0] = p.pieces[it.piece_begin + pi];
       piece[1] = pi + 1 < it.piece_count ? p.pieces[it.piece_begin + pi + 1] : attn::PlanPiece{0, 0, 0, 0};
       const int stage = consumed % Tile::kStages;
-      parity = (consumed / Tile::kStages) & 1;
-      wgmma::mbar_wait(full_addr + 8 * stage, parity);
+      wgmma::mbar_wait(full_addr + 8 * stage, (consumed / Tile::kStages) & 1);
       if constexpr (HwArrive) wgmma::fence_proxy_async();  // the producer's cp.async writes -> wgmma
       ++consumed;
       return stage;
-    };
-    auto wait_full_v = [&](int stage, int parity) {  // a block's V, before its P.V
-      wgmma::mbar_wait(full_addr + kVHalf + 8 * stage, parity);
-      if constexpr (HwArrive) wgmma::fence_proxy_async();
-    };
-    auto release = [&](int kv, int stage) {  // this warp's wgmmas that read K (kv 0) or V (1) are complete
-      if (lane == 0) wgmma::mbar_arrive(empty_addr + kv * kVHalf + 8 * stage);
     };
     auto issue_s = [&](int stage) {  // S = Q K^T, committed as one group
       const std::uint32_t k_addr = skv_addr + stage * Tile::kStageBytes;
@@ -448,44 +421,38 @@ __global__ void __launch_bounds__(384, 1)
       // Block 0: S, softmax (o is still 0), P.
       attn::PlanPiece piece[2];
       float alpha[2];
-      int prev_parity = 0;
-      int prev_stage = wait_full(piece, 0, prev_parity);
+      int prev_stage = wait_full(piece, 0);
       my_turn();
       issue_s(prev_stage);
       their_turn();
       wgmma::wait<0>();
       wgmma::fence_operands(s);
-      release(0, prev_stage);
       if (it.piece_count <= 2) release_q();
       softmax(piece, alpha);
       pack_p();
       // Block b: S(b) and P.V(b - 1) issued; S(b) waited; its softmax under P.V(b - 1).
       for (int pi = 2; pi < it.piece_count; pi += 2) {
-        int parity;
-        const int stage = wait_full(piece, pi, parity);
-        wait_full_v(prev_stage, prev_parity);
+        const int stage = wait_full(piece, pi);
         my_turn();
         issue_s(stage);
         issue_pv(prev_stage);
         their_turn();
-        wgmma::wait<1>();  // S(b): its K is read
+        wgmma::wait<1>();
         wgmma::fence_operands(s);
-        release(0, stage);
         if (pi + 2 >= it.piece_count) release_q();
         const bool rescale = softmax(piece, alpha);
-        wgmma::wait<0>();  // P.V(b - 1): o and pk are free, its V is read
+        wgmma::wait<0>();  // P.V(b - 1): o and pk are free, its stage is read
         wgmma::fence_operands(o);
         keep_pk();
-        release(1, prev_stage);
+        if (lane == 0) wgmma::mbar_arrive(empty_addr + 8 * prev_stage);
         if (rescale) {
 #pragma unroll
           for (int i = 0; i < 64; ++i) o[i] *= alpha[(i / 2) % 2];
         }
         pack_p();
-        prev_stage = stage, prev_parity = parity;
+        prev_stage = stage;
       }
       // The last block's P.V.
-      wait_full_v(prev_stage, prev_parity);
       wgmma::fence_operands(o);
       wgmma::fence();
       my_turn();
@@ -495,7 +462,7 @@ __global__ void __launch_bounds__(384, 1)
       wgmma::wait<0>();
       wgmma::fence_operands(o);
       keep_pk();
-      release(1, prev_stage);
+      if (lane == 0) wgmma::mbar_arrive(empty_addr + 8 * prev_stage);
     } else {
       release_q();  // (no S read the tile)
     }
