@@ -925,8 +925,7 @@ TEST(CudaAttention, UnsupportedHeadDimIsAClearError) {
 
 // Capture one step in a CUDA graph, then change the tree (and so the plan) and replay: the
 // graph reads the new plan from the same device buffers, uploaded synchronously, then
-// asynchronously on the replay's stream (HYDRAGEN_ASYNC_UPLOAD=1; written after session 6's
-// last GPU run).
+// asynchronously on the replay's stream.
 TEST(CudaAttention, GraphReplayFollowsTheUploadedPlan) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA
@@ -957,13 +956,12 @@ TEST(CudaAttention, GraphReplayFollowsTheUploadedPlan) {
   args.q = q.raw(), args.k_pool = k_pool.raw(), args.v_pool = v_pool.raw(), args.out = out.raw();
   args.out_lse = out_lse.data<float>(), args.page_size = page;
 
-  // Synchronous uploads; then (HYDRAGEN_ASYNC_UPLOAD=1) uploads on a non-blocking stream that
-  // the replay sees only through that stream's order, twice over the same pinned staging; then
+  // Synchronous uploads; then uploads on a non-blocking stream that the replay sees only
+  // through that stream's order, twice over the same pinned staging; then
   // synchronous uploads with the suffix launch a programmatic dependent of the shared launch
   // (HYDRAGEN_PDL=1: a programmatic edge in the captured graph).
   for (const int config : {0, 1, 2}) {
     const bool async = config == 1;
-    const ScopedEnv env("HYDRAGEN_ASYNC_UPLOAD", async ? "1" : nullptr);
     const ScopedEnv pdl_env("HYDRAGEN_PDL", config == 2 ? "1" : nullptr);
     cuda::PagedAttentionRunner runner(DType::bf16, d, hq, 1,
                                       cuda::PlanCapacity::of(plans[0]).max(cuda::PlanCapacity::of(plans[1])),

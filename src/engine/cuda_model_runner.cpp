@@ -58,15 +58,22 @@ class CudaModelRunner final : public ModelRunner {
     HG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     HG_CUDA_CHECK(cudaEventCreate(&start_));
     HG_CUDA_CHECK(cudaEventCreate(&stop_));
-    host_tokens_ = pinned<std::int32_t>(3 * capacity_);
-    host_params_ = pinned<sample::SamplingParams>(capacity_);
-    host_steps_ = pinned<std::uint64_t>(capacity_);
-    host_out_tokens_ = pinned<std::int32_t>(capacity_);
-    host_out_logprobs_ = pinned<float>(capacity_);
-    HG_CUDA_CHECK(cudaMalloc(&params_, capacity_ * sizeof(sample::SamplingParams)));
-    HG_CUDA_CHECK(cudaMalloc(&steps_, capacity_ * sizeof(std::uint64_t)));
-    HG_CUDA_CHECK(cudaMalloc(&out_tokens_, capacity_ * sizeof(std::int32_t)));
-    HG_CUDA_CHECK(cudaMalloc(&out_logprobs_, capacity_ * sizeof(float)));
+    // A step's inputs in one device block (one copy in, docs/perf-notes.md e14), its sampled
+    // tokens and logprobs in another (one copy out), each mirrored by pinned host memory.
+    const std::int64_t cap = capacity_;  // a bucket: even, so the u64 steps after 3 i32 arrays are aligned
+    HG_CHECK(cap % 2 == 0, "CudaModelRunner: odd step capacity ", cap);
+    inputs_bytes_ = 3 * cap * sizeof(std::int32_t) + cap * sizeof(std::uint64_t) + cap * sizeof(sample::SamplingParams);
+    host_inputs_ = pinned<unsigned char>(inputs_bytes_);
+    HG_CUDA_CHECK(cudaMalloc(&inputs_, inputs_bytes_));
+    host_outputs_ = pinned<std::int32_t>(2 * cap);
+    HG_CUDA_CHECK(cudaMalloc(&out_tokens_, 2 * cap * sizeof(std::int32_t)));
+    out_logprobs_ = reinterpret_cast<float*>(out_tokens_ + cap);
+    auto* device_i32 = static_cast<std::int32_t*>(inputs_);
+    buffers_.tokens = Tensor::wrap(device_i32, {cap}, DType::i32, Device::cuda);
+    buffers_.positions = Tensor::wrap(device_i32 + cap, {cap}, DType::i32, Device::cuda);
+    buffers_.slots = Tensor::wrap(device_i32 + 2 * cap, {cap}, DType::i32, Device::cuda);
+    steps_ = reinterpret_cast<std::uint64_t*>(device_i32 + 3 * cap);
+    params_ = steps_ + cap;
 
     const std::int64_t per_token = kv_bytes_per_token();
     std::int64_t pages = options.kv_pages;
@@ -87,9 +94,8 @@ class CudaModelRunner final : public ModelRunner {
 
   ~CudaModelRunner() override {
     for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
-    cudaFree(params_), cudaFree(steps_), cudaFree(out_tokens_), cudaFree(out_logprobs_);
-    cudaFreeHost(host_tokens_), cudaFreeHost(host_params_), cudaFreeHost(host_steps_);
-    cudaFreeHost(host_out_tokens_), cudaFreeHost(host_out_logprobs_);
+    cudaFree(inputs_), cudaFree(out_tokens_);
+    cudaFreeHost(host_inputs_), cudaFreeHost(host_outputs_);
     cudaEventDestroy(start_), cudaEventDestroy(stop_);
     cudaStreamDestroy(stream_);
   }
@@ -141,8 +147,9 @@ class CudaModelRunner final : public ModelRunner {
 
     SampledTokens out;
     if (sampling != nullptr) {
-      HG_CUDA_CHECK(cudaMemcpyAsync(host_out_tokens_, out_tokens_, n * sizeof(std::int32_t), cudaMemcpyDeviceToHost, stream_));
-      HG_CUDA_CHECK(cudaMemcpyAsync(host_out_logprobs_, out_logprobs_, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+      // tokens [0, n) and logprobs [capacity_, capacity_ + n) in one copy
+      HG_CUDA_CHECK(cudaMemcpyAsync(host_outputs_, out_tokens_, (capacity_ + n) * sizeof(std::int32_t),
+                                    cudaMemcpyDeviceToHost, stream_));
     }
     if (while_running) while_running();  // host work under the device's
     HG_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -150,8 +157,9 @@ class CudaModelRunner final : public ModelRunner {
     HG_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
     last_device_seconds_ = ms * 1e-3;
     if (sampling != nullptr) {
-      out.tokens.assign(host_out_tokens_, host_out_tokens_ + n);
-      out.logprobs.assign(host_out_logprobs_, host_out_logprobs_ + n);
+      const auto* logprobs = reinterpret_cast<const float*>(host_outputs_ + capacity_);
+      out.tokens.assign(host_outputs_, host_outputs_ + n);
+      out.logprobs.assign(logprobs, logprobs + n);
     }
     return out;
   }
@@ -175,33 +183,35 @@ class CudaModelRunner final : public ModelRunner {
   using GraphMap = std::map<std::pair<std::int64_t, int>, cudaGraphExec_t>;
 
   // Rows [0, n) from `rows`, [n, padded) padding: token 0 at position 0 into the sink page.
+  // The host block mirrors the device one (tokens, positions, slots, steps, params at capacity
+  // each); one copy moves it up to the end of the last array the step uses.
   void stage_inputs(const StepRows& rows, std::int64_t padded, const StepSampling* sampling) {
     const std::int64_t n = rows.size();
     const auto sink = static_cast<std::int32_t>(kv_pages_ * kv_.page_size);
-    std::int32_t* tokens = host_tokens_;
-    std::int32_t* positions = host_tokens_ + capacity_;
-    std::int32_t* slots = host_tokens_ + 2 * capacity_;
+    auto* tokens = reinterpret_cast<std::int32_t*>(host_inputs_);
+    std::int32_t* positions = tokens + capacity_;
+    std::int32_t* slots = tokens + 2 * capacity_;
+    auto* steps = reinterpret_cast<std::uint64_t*>(tokens + 3 * capacity_);
+    auto* params = reinterpret_cast<sample::SamplingParams*>(steps + capacity_);
     for (std::int64_t r = 0; r < padded; ++r) {
       const bool real = r < n;
       tokens[r] = real ? rows.tokens[r] : 0;
       positions[r] = real ? rows.positions[r] : 0;
       slots[r] = real && rows.slots[r] >= 0 ? rows.slots[r] : sink;
     }
-    const std::size_t bytes = padded * sizeof(std::int32_t);
-    HG_CUDA_CHECK(cudaMemcpyAsync(buffers_.tokens.raw(), tokens, bytes, cudaMemcpyHostToDevice, stream_));
-    HG_CUDA_CHECK(cudaMemcpyAsync(buffers_.positions.raw(), positions, bytes, cudaMemcpyHostToDevice, stream_));
-    HG_CUDA_CHECK(cudaMemcpyAsync(buffers_.slots.raw(), slots, bytes, cudaMemcpyHostToDevice, stream_));
-    if (sampling == nullptr) return;
-    HG_CHECK(static_cast<std::int64_t>(sampling->params.size()) == n && sampling->steps.size() == sampling->params.size(),
-             "CudaModelRunner::step: one sampling entry per row expected, got ", sampling->params.size(), " for ", n,
-             " rows");
-    for (std::int64_t r = 0; r < padded; ++r) {
-      host_params_[r] = r < n ? sampling->params[r] : sample::SamplingParams{};
-      host_steps_[r] = r < n ? sampling->steps[r] : 0;
+    std::size_t end = reinterpret_cast<unsigned char*>(slots + padded) - host_inputs_;
+    if (sampling != nullptr) {
+      HG_CHECK(static_cast<std::int64_t>(sampling->params.size()) == n &&
+                   sampling->steps.size() == sampling->params.size(),
+               "CudaModelRunner::step: one sampling entry per row expected, got ", sampling->params.size(), " for ",
+               n, " rows");
+      for (std::int64_t r = 0; r < padded; ++r) {
+        params[r] = r < n ? sampling->params[r] : sample::SamplingParams{};
+        steps[r] = r < n ? sampling->steps[r] : 0;
+      }
+      end = reinterpret_cast<unsigned char*>(params + padded) - host_inputs_;
     }
-    HG_CUDA_CHECK(cudaMemcpyAsync(params_, host_params_, padded * sizeof(sample::SamplingParams),
-                                  cudaMemcpyHostToDevice, stream_));
-    HG_CUDA_CHECK(cudaMemcpyAsync(steps_, host_steps_, padded * sizeof(std::uint64_t), cudaMemcpyHostToDevice, stream_));
+    HG_CUDA_CHECK(cudaMemcpyAsync(inputs_, host_inputs_, end, cudaMemcpyHostToDevice, stream_));
   }
 
   // The plan into the attention runner's buffers; a plan past its capacity makes a larger
@@ -221,7 +231,7 @@ class CudaModelRunner final : public ModelRunner {
           DType::bf16, static_cast<int>(config().head_dim), static_cast<int>(config().num_heads),
           static_cast<int>(config().num_kv_heads), attention_capacity_, tile_rows);
     }
-    attention_->upload(plan, stream_);  // asynchronous on the step's stream under HYDRAGEN_ASYNC_UPLOAD=1
+    attention_->upload(plan, stream_);  // one asynchronous copy on the step's stream
   }
 
   void enqueue(std::int64_t rows, bool attend, bool sample) {
@@ -278,15 +288,17 @@ class CudaModelRunner final : public ModelRunner {
   cuda::PlanCapacity attention_capacity_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
-  std::int32_t* host_tokens_ = nullptr;  // tokens, positions, slots: capacity_ each
-  sample::SamplingParams* host_params_ = nullptr;
-  std::uint64_t* host_steps_ = nullptr;
-  std::int32_t* host_out_tokens_ = nullptr;
-  float* host_out_logprobs_ = nullptr;
-  void* params_ = nullptr;
-  std::uint64_t* steps_ = nullptr;
+  // Step inputs: tokens, positions, slots (i32), steps (u64), params, capacity_ each; buffers_'
+  // tokens, positions and slots are views of the device block.
+  std::size_t inputs_bytes_ = 0;
+  unsigned char* host_inputs_ = nullptr;
+  void* inputs_ = nullptr;
+  std::uint64_t* steps_ = nullptr;  // in inputs_
+  void* params_ = nullptr;          // in inputs_
+  // Step outputs: sampled tokens [capacity_], then their logprobs [capacity_].
+  std::int32_t* host_outputs_ = nullptr;
   std::int32_t* out_tokens_ = nullptr;
-  float* out_logprobs_ = nullptr;
+  float* out_logprobs_ = nullptr;  // out_tokens_ + capacity_
   GraphMap graphs_;
   bool graphs_ok_ = true;
   mutable std::array<std::optional<attn::PlanOptions>, 3> plan_options_;  // per AttentionMode

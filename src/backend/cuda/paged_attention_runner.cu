@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <span>
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
@@ -411,6 +412,11 @@ struct PagedAttentionRunner::Impl {
   int pdl_force = -1;          // HYDRAGEN_PDL: 1 always, 0 never, unset: by pdl_rule
   float rescale_lag = kRescaleLag;  // HYDRAGEN_RESCALE_LAG
   int sms = 0;
+  // The plan's arrays, at capacity, in one device block laid out as `staging` (pinned host
+  // memory) is: upload packs them there and moves them with one copy.
+  unsigned char* plan_block = nullptr;
+  unsigned char* staging = nullptr;
+  cudaEvent_t staged = nullptr;  // after the last upload's copy (it has read the staging)
   std::int32_t* pages = nullptr;
   attn::PlanPiece* pieces = nullptr;
   attn::PlanRow* rows = nullptr;
@@ -421,10 +427,28 @@ struct PagedAttentionRunner::Impl {
   std::int32_t* arrivals = nullptr;
   float* state_o = nullptr;
   float* state_lse = nullptr;
-  // HYDRAGEN_ASYNC_UPLOAD=1: pinned staging for upload(plan, stream) (every array at capacity,
-  // 16-byte aligned), and the event after the last upload's copies.
-  unsigned char* staging = nullptr;
-  cudaEvent_t staged = nullptr;
+};
+
+// Where each plan array starts in the plan block (16-byte aligned, at capacity), in the order
+// upload packs them: the counts first, the arrays that grow with the batch last.
+struct PlanBlockLayout {
+  std::size_t counts = 0, pages = 0, pieces = 0, rows = 0, shared_items = 0, groups = 0, suffix_items = 0, bytes = 0;
+  explicit PlanBlockLayout(const PlanCapacity& c) {
+    std::size_t at = 0;
+    auto take = [&at](std::int64_t n, std::size_t size) {
+      const std::size_t begin = at;
+      at += (static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * size + 15) / 16 * 16;
+      return begin;
+    };
+    counts = take(2, sizeof(std::int32_t));
+    pages = take(c.pages, sizeof(std::int32_t));
+    pieces = take(c.pieces, sizeof(attn::PlanPiece));
+    rows = take(c.rows, sizeof(attn::PlanRow));
+    shared_items = take(c.shared_items, sizeof(attn::PlanItem));
+    groups = take(c.groups, sizeof(attn::PlanMergeGroup));
+    suffix_items = take(c.suffix_items, sizeof(attn::PlanItem));
+    bytes = at;
+  }
 };
 
 PagedAttentionRunner::PagedAttentionRunner(DType dtype, int head_dim, int q_heads, int kv_heads,
@@ -443,13 +467,17 @@ PagedAttentionRunner::PagedAttentionRunner(DType dtype, int head_dim, int q_head
   // decode: one warp per item, blocks past the item count exit at once
   m.decode_grid = static_cast<int>((capacity.suffix_items + kDecodeItemsPerBlock - 1) / kDecodeItemsPerBlock);
   m.decode_quad_grid = static_cast<int>((capacity.suffix_items + kQuadItemsPerBlock - 1) / kQuadItemsPerBlock);
-  m.pages = device_array<std::int32_t>(capacity.pages);
-  m.pieces = device_array<attn::PlanPiece>(capacity.pieces);
-  m.rows = device_array<attn::PlanRow>(capacity.rows);
-  m.shared_items = device_array<attn::PlanItem>(capacity.shared_items);
-  m.suffix_items = device_array<attn::PlanItem>(capacity.suffix_items);
-  m.groups = device_array<attn::PlanMergeGroup>(capacity.groups);
-  m.counts = device_array<std::int32_t>(2);
+  const PlanBlockLayout layout(capacity);
+  m.plan_block = device_array<unsigned char>(static_cast<std::int64_t>(layout.bytes));
+  HG_CUDA_CHECK(cudaMallocHost(&m.staging, layout.bytes));
+  HG_CUDA_CHECK(cudaEventCreateWithFlags(&m.staged, cudaEventDisableTiming));
+  m.counts = reinterpret_cast<std::int32_t*>(m.plan_block + layout.counts);
+  m.pages = reinterpret_cast<std::int32_t*>(m.plan_block + layout.pages);
+  m.pieces = reinterpret_cast<attn::PlanPiece*>(m.plan_block + layout.pieces);
+  m.rows = reinterpret_cast<attn::PlanRow*>(m.plan_block + layout.rows);
+  m.shared_items = reinterpret_cast<attn::PlanItem*>(m.plan_block + layout.shared_items);
+  m.groups = reinterpret_cast<attn::PlanMergeGroup*>(m.plan_block + layout.groups);
+  m.suffix_items = reinterpret_cast<attn::PlanItem*>(m.plan_block + layout.suffix_items);
   m.arrivals = device_array<std::int32_t>(capacity.groups);
   m.state_o = device_array<float>(capacity.state_entries * head_dim);
   m.state_lse = device_array<float>(capacity.state_entries);
@@ -467,25 +495,13 @@ PagedAttentionRunner::PagedAttentionRunner(DType dtype, int head_dim, int q_head
     }
   }
   if (const char* env = std::getenv("HYDRAGEN_RESCALE_LAG")) m.rescale_lag = parse_rescale_lag(env);
-  if (const char* env = std::getenv("HYDRAGEN_ASYNC_UPLOAD"); env != nullptr && std::string(env) == "1") {
-    auto bytes = [](std::int64_t n, std::size_t size) { return (std::max<std::int64_t>(n, 0) * size + 15) / 16 * 16; };
-    const std::size_t total = bytes(capacity.pages, 4) + bytes(capacity.pieces, sizeof(attn::PlanPiece)) +
-                              bytes(capacity.rows, sizeof(attn::PlanRow)) +
-                              bytes(capacity.shared_items, sizeof(attn::PlanItem)) +
-                              bytes(capacity.suffix_items, sizeof(attn::PlanItem)) +
-                              bytes(capacity.groups, sizeof(attn::PlanMergeGroup)) + bytes(2, 4);  // + counts
-    HG_CUDA_CHECK(cudaMallocHost(&m.staging, total));
-    HG_CUDA_CHECK(cudaEventCreateWithFlags(&m.staged, cudaEventDisableTiming));
-  }
   HG_CUDA_CHECK(cudaMemset(m.arrivals, 0, std::max<std::int64_t>(capacity.groups, 1) * sizeof(std::int32_t)));
 }
 
 PagedAttentionRunner::~PagedAttentionRunner() {
   Impl& m = *impl_;
-  for (void* p : {static_cast<void*>(m.pages), static_cast<void*>(m.pieces), static_cast<void*>(m.rows),
-                  static_cast<void*>(m.shared_items), static_cast<void*>(m.suffix_items),
-                  static_cast<void*>(m.groups), static_cast<void*>(m.counts), static_cast<void*>(m.arrivals),
-                  static_cast<void*>(m.state_o), static_cast<void*>(m.state_lse)})
+  for (void* p : {static_cast<void*>(m.plan_block), static_cast<void*>(m.arrivals), static_cast<void*>(m.state_o),
+                  static_cast<void*>(m.state_lse)})
     cudaFree(p);
   if (m.staged != nullptr) cudaEventSynchronize(m.staged), cudaEventDestroy(m.staged);
   if (m.staging != nullptr) cudaFreeHost(m.staging);
@@ -517,31 +533,31 @@ void PagedAttentionRunner::upload(const attn::AttentionPlan& plan, void* stream)
                                                                      blocks_per_sm, m.sms)));
   const std::int32_t counts[2] = {static_cast<std::int32_t>(plan.shared_items.size()),
                                   static_cast<std::int32_t>(plan.suffix_items.size())};
-  // Synchronous copies from pageable memory, or (with a stream and HYDRAGEN_ASYNC_UPLOAD=1)
-  // the arrays packed into pinned staging and copied on `stream` in its order.
-  const bool async = stream != nullptr && m.staging != nullptr;
-  auto st = static_cast<cudaStream_t>(stream);
-  std::size_t offset = 0;
-  if (async) HG_CUDA_CHECK(cudaEventSynchronize(m.staged));  // the last upload's copies have read the staging
-  auto put = [&](void* dst, const void* src, std::size_t bytes) {
-    if (bytes == 0) return;
-    if (!async) {
-      HG_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
-      return;
-    }
-    std::memcpy(m.staging + offset, src, bytes);
-    HG_CUDA_CHECK(cudaMemcpyAsync(dst, m.staging + offset, bytes, cudaMemcpyHostToDevice, st));
-    offset += (bytes + 15) / 16 * 16;
+  // The arrays packed into the pinned staging at their places in the plan block, then one
+  // copy of the block up to the end of the last array (the unused capacity between arrays goes
+  // along: nothing reads past the counts). The staging is reused once the last copy has read it.
+  HG_CUDA_CHECK(cudaEventSynchronize(m.staged));
+  const PlanBlockLayout layout(m.capacity);
+  std::size_t end = 0;
+  auto put = [&](std::size_t offset, const auto& src) {
+    const std::size_t bytes = src.size() * sizeof(src[0]);
+    if (bytes > 0) std::memcpy(m.staging + offset, src.data(), bytes);
+    end = std::max(end, offset + bytes);
   };
-  auto put_all = [&](auto* dst, const auto& src) { put(dst, src.data(), src.size() * sizeof(src[0])); };
-  put_all(m.pages, plan.pages);
-  put_all(m.pieces, plan.pieces);
-  put_all(m.rows, plan.rows);
-  put_all(m.shared_items, plan.shared_items);
-  put_all(m.suffix_items, plan.suffix_items);
-  put_all(m.groups, plan.groups);
-  put(m.counts, counts, sizeof(counts));
-  if (async) HG_CUDA_CHECK(cudaEventRecord(m.staged, st));
+  put(layout.counts, std::span<const std::int32_t>(counts));
+  put(layout.pages, plan.pages);
+  put(layout.pieces, plan.pieces);
+  put(layout.rows, plan.rows);
+  put(layout.shared_items, plan.shared_items);
+  put(layout.groups, plan.groups);
+  put(layout.suffix_items, plan.suffix_items);
+  auto st = static_cast<cudaStream_t>(stream);
+  if (stream == nullptr) {
+    HG_CUDA_CHECK(cudaMemcpy(m.plan_block, m.staging, end, cudaMemcpyHostToDevice));
+  } else {
+    HG_CUDA_CHECK(cudaMemcpyAsync(m.plan_block, m.staging, end, cudaMemcpyHostToDevice, st));
+    HG_CUDA_CHECK(cudaEventRecord(m.staged, st));
+  }
 }
 
 int PagedAttentionRunner::launch_variant() const {

@@ -113,11 +113,11 @@ class PagedAttentionRunner {
   PagedAttentionRunner(const PagedAttentionRunner&) = delete;
   PagedAttentionRunner& operator=(const PagedAttentionRunner&) = delete;
 
-  // Copies the plan into the device buffers. Throws when over capacity (checked before any
-  // copy: the last plan stays intact). Synchronous, unless a stream is given and the runner was
-  // made under HYDRAGEN_ASYNC_UPLOAD=1 (opt-in, docs/perf-notes.md e6): then the arrays go
-  // through pinned staging with asynchronous copies on `stream` (a cudaStream_t), which a
-  // run() on the same stream sees; the next upload waits for those copies before reusing it.
+  // Copies the plan into the device buffers: the arrays are packed into pinned staging laid out
+  // as the one device block that holds them, and moved by one copy (docs/perf-notes.md e13).
+  // Synchronous without a stream; with one (a cudaStream_t) asynchronous on it, so a run() on
+  // the same stream sees it; the next upload waits for that copy before reusing the staging.
+  // Throws when over capacity (checked before any copy: the last plan stays intact).
   void upload(const attn::AttentionPlan& plan, void* stream = nullptr);
   // Enqueues the step on `stream` (a cudaStream_t; nullptr = the legacy stream).
   // shared_only: the shared-segment kernel alone (benchmarks time it by itself).
