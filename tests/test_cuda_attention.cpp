@@ -925,7 +925,8 @@ TEST(CudaAttention, UnsupportedHeadDimIsAClearError) {
 
 // Capture one step in a CUDA graph, then change the tree (and so the plan) and replay: the
 // graph reads the new plan from the same device buffers, uploaded synchronously, then
-// asynchronously on the replay's stream.
+// asynchronously on the replay's stream, then prepared (packed on the host) while the replay
+// before it runs and uploaded from there, as the engine does.
 TEST(CudaAttention, GraphReplayFollowsTheUploadedPlan) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA
@@ -957,11 +958,12 @@ TEST(CudaAttention, GraphReplayFollowsTheUploadedPlan) {
   args.out_lse = out_lse.data<float>(), args.page_size = page;
 
   // Synchronous uploads; then uploads on a non-blocking stream that the replay sees only
-  // through that stream's order, twice over the same pinned staging; then
+  // through that stream's order, twice over the same pinned staging; then plans prepared while
+  // the replay before runs (config 3); then
   // synchronous uploads with the suffix launch a programmatic dependent of the shared launch
   // (HYDRAGEN_PDL=1: a programmatic edge in the captured graph).
-  for (const int config : {0, 1, 2}) {
-    const bool async = config == 1;
+  for (const int config : {0, 1, 2, 3}) {
+    const bool async = config == 1 || config == 3;
     const ScopedEnv pdl_env("HYDRAGEN_PDL", config == 2 ? "1" : nullptr);
     cuda::PagedAttentionRunner runner(DType::bf16, d, hq, 1,
                                       cuda::PlanCapacity::of(plans[0]).max(cuda::PlanCapacity::of(plans[1])),
@@ -984,14 +986,22 @@ TEST(CudaAttention, GraphReplayFollowsTheUploadedPlan) {
         runner.poison_states();
         ASSERT_EQ(cudaMemset(out.raw(), 0xff, out.bytes()), cudaSuccess);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        runner.upload(plans[i], async ? stream : nullptr);
+        if (config == 3 && runner.has_prepared()) runner.upload_prepared(stream);
+        else runner.upload(plans[i], async ? stream : nullptr);
+        EXPECT_FALSE(runner.has_prepared());
         ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+        if (config == 3) runner.prepare(plans[1 - i]);  // the next replay's plan, packed under this one
         ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
         const AttentionState ref = reference_tree_attention(trees[i], qi);
         const Tensor o = out.slice(0, 0, trees[i].query_rows()).to(Device::cpu).to(DType::f32);
-        EXPECT_LE(relative_norm_error(o, ref.o), 5e-3) << (async ? "async" : config == 2 ? "pdl" : "sync") << " replay "
-                                                       << round << "." << i;
+        EXPECT_LE(relative_norm_error(o, ref.o), 5e-3)
+            << (config == 3 ? "prepared" : async ? "async" : config == 2 ? "pdl" : "sync") << " replay " << round << "."
+            << i;
       }
+    if (config == 3) {
+      runner.upload_prepared(stream);
+      EXPECT_THROW(runner.upload_prepared(stream), Error);  // nothing prepared since
+    }
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
     cudaStreamDestroy(stream);

@@ -4,6 +4,8 @@
 // prefill and pinned segment boundaries.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <optional>
 #include <set>
 
 #include "engine_test_util.h"
@@ -283,6 +285,79 @@ TEST(Engine, PlansBuiltAheadGiveTheSameTokens) {
   EXPECT_GT(with_ahead.plans_built_ahead, 0);
   EXPECT_GT(with_ahead.plans_ahead_discarded, 0);  // a stop token ended a sequence the plan held
   EXPECT_EQ(with_ahead.decode_steps, without.decode_steps);
+}
+
+// The prepare_plan contract (the CUDA runner packs the next plan while a step runs): a runner
+// that wraps the CPU one records every prepared plan; a step that says plan_prepared must get
+// exactly that plan, with no step in between; steps after a stop token or a join get a fresh
+// plan and say so. Both kinds occur.
+class PreparedPlanChecker final : public engine::ModelRunner {
+ public:
+  explicit PreparedPlanChecker(std::unique_ptr<engine::ModelRunner> inner) : inner_(std::move(inner)) {}
+  const ModelConfig& config() const override { return inner_->config(); }
+  int page_size() const override { return inner_->page_size(); }
+  std::int64_t kv_pages() const override { return inner_->kv_pages(); }
+  std::int64_t kv_bytes_per_token() const override { return inner_->kv_bytes_per_token(); }
+  std::string device_name() const override { return inner_->device_name(); }
+  std::int64_t max_step_rows() const override { return inner_->max_step_rows(); }
+  attn::PlanOptions plan_options(AttentionMode mode) const override { return inner_->plan_options(mode); }
+  void copy_slots(std::span<const std::int32_t> src, std::span<const std::int32_t> dst) override {
+    inner_->copy_slots(src, dst);
+  }
+  void prepare_plan(const attn::AttentionPlan& plan) override { prepared_ = plan; }
+  engine::SampledTokens step(const StepRows& rows, const attn::AttentionPlan* plan,
+                             const engine::StepSampling* sampling, const std::function<void()>& while_running,
+                             bool plan_prepared) override {
+    if (plan_prepared) {
+      ++prepared_steps;
+      EXPECT_TRUE(plan != nullptr && prepared_.has_value()) << "step " << steps;
+      if (plan != nullptr && prepared_) {
+        auto same = [](const auto& a, const auto& b) {
+          return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0);
+        };
+        EXPECT_TRUE(same(plan->pages, prepared_->pages) && same(plan->pieces, prepared_->pieces) &&
+                    same(plan->rows, prepared_->rows) && same(plan->shared_items, prepared_->shared_items) &&
+                    same(plan->suffix_items, prepared_->suffix_items) && same(plan->groups, prepared_->groups) &&
+                    plan->state_entries == prepared_->state_entries)
+            << "step " << steps << ": the plan is not the one prepared";
+      }
+    } else if (sampling != nullptr) {
+      ++fresh_decode_steps;
+    }
+    prepared_.reset();  // prepared for this step only
+    ++steps;
+    return inner_->step(rows, plan, sampling, while_running, plan_prepared);
+  }
+  int steps = 0, prepared_steps = 0, fresh_decode_steps = 0;
+
+ private:
+  std::unique_ptr<engine::ModelRunner> inner_;
+  std::optional<attn::AttentionPlan> prepared_;
+};
+
+TEST(Engine, StepsUseThePlanPreparedDuringTheLastStep) {
+  const test::FixtureModel m = test::load_fixture_model("tiny-llama");
+  std::mt19937 rng(8);
+  const std::vector<std::int32_t> shared = test::random_tokens(rng, 70, 512);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 9; ++i) {
+    GenerationRequest r = test::greedy_request(test::extended(shared, rng, 1 + i % 5), 5 + (i * 3) % 11, 1 + i % 2);
+    if (i % 3 == 2)  // an even token stops it, most likely while others run on
+      for (std::int32_t id = 0; id < 512; id += 2) r.stop_token_ids.push_back(id);
+    requests.push_back(std::move(r));
+  }
+  PreparedPlanChecker runner(cpu_runner(m, 1024));
+  engine::EngineOptions options;
+  options.max_running = 6;  // the rest join as others finish
+  engine::Engine engine(runner, options);
+  const std::vector<Completion> out = engine.generate(requests);
+  std::size_t sequences = 0;
+  for (const GenerationRequest& r : requests) sequences += static_cast<std::size_t>(r.n);
+  ASSERT_EQ(out.size(), sequences);
+  for (const Completion& c : out) EXPECT_TRUE(c.error.empty()) << c.error;
+  EXPECT_GT(runner.prepared_steps, 0);
+  EXPECT_GT(runner.fresh_decode_steps, 0);  // the first step, and those after stops and joins
+  EXPECT_EQ(engine.stats().plans_built_ahead, runner.prepared_steps);
 }
 
 TEST(Engine, SameSeedSameTokensAndSampleIUsesSeedPlusI) {

@@ -57,7 +57,8 @@ class NullRunner final : public engine::ModelRunner {
     return o;
   }
   engine::SampledTokens step(const StepRows& rows, const attn::AttentionPlan*,
-                             const engine::StepSampling* sampling, const std::function<void()>& while_running) override {
+                             const engine::StepSampling* sampling, const std::function<void()>& while_running,
+                             bool /*plan_prepared*/) override {
     const auto start = Clock::now();
     if (while_running) while_running();
     overlapped_seconds += seconds_since(start);

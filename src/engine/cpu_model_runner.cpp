@@ -55,7 +55,7 @@ class CpuModelRunner final : public ModelRunner {
   }
 
   SampledTokens step(const StepRows& rows, const attn::AttentionPlan* plan, const StepSampling* sampling,
-                     const std::function<void()>& while_running) override {
+                     const std::function<void()>& while_running, bool /*plan_prepared*/) override {
     const Tensor logits = model_.forward_paged(rows, plan, kv_, sampling != nullptr);
     if (while_running) while_running();  // the host computes: nothing to overlap
     SampledTokens out;

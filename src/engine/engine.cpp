@@ -295,7 +295,7 @@ void Engine::prefill(const std::vector<kv::NodeId>& nodes) {
       std::optional<attn::AttentionPlan> plan;
       if (options_.attention != AttentionChoice::none)
         plan = attn::build_attention_plan(builder.layout, prefill_options);
-      runner_.step(rows, plan ? &*plan : nullptr, nullptr, {});
+      runner_.step(rows, plan ? &*plan : nullptr, nullptr, {}, false);
       stats_.prefill_tokens += rows.size();
       for (kv::NodeId id : finished) {
         tree_->set_filled(id);
@@ -351,6 +351,7 @@ bool Engine::decode_step() {
   if (per_sequence > stats_.per_sequence_tokens) stats_.stored_tokens = stored, stats_.per_sequence_tokens = per_sequence;
 
   std::optional<attn::AttentionPlan> plan;
+  bool plan_prepared = false;  // handed to the runner's prepare_plan during the last step
   std::function<void()> plan_next;
   if (options_.attention != AttentionChoice::none) {
     const AttentionMode mode = options_.attention == AttentionChoice::hydragen ? AttentionMode::hydragen
@@ -360,6 +361,7 @@ bool Engine::decode_step() {
     // (nobody finished, joined or skipped tokens since): a plan is a function of its layout.
     if (plan_ahead_ && plan_ahead_->layout == layout) {
       plan = std::move(plan_ahead_->plan);
+      plan_prepared = plan_ahead_->prepared;
       stats_.plans_built_ahead += 1;
     } else {
       stats_.plans_ahead_discarded += plan_ahead_ ? 1 : 0;
@@ -370,11 +372,12 @@ bool Engine::decode_step() {
       plan_next = [this, mode] {
         attn::PagedLayout next = decode_layout(1);
         attn::AttentionPlan next_plan = attn::build_attention_plan(next, runner_.plan_options(mode));
-        plan_ahead_ = PlanAhead{std::move(next), std::move(next_plan)};
+        runner_.prepare_plan(next_plan);
+        plan_ahead_ = PlanAhead{std::move(next), std::move(next_plan), true};
       };
     }
   }
-  const SampledTokens out = runner_.step(rows, plan ? &*plan : nullptr, &sampling, plan_next);
+  const SampledTokens out = runner_.step(rows, plan ? &*plan : nullptr, &sampling, plan_next, plan_prepared);
 
   std::vector<std::unique_ptr<Sequence>> still;
   for (std::size_t i = 0; i < running_.size(); ++i) {

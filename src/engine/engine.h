@@ -126,6 +126,7 @@ class Engine {
   struct PlanAhead {
     attn::PagedLayout layout;
     attn::AttentionPlan plan;
+    bool prepared = false;  // handed to the runner's prepare_plan
   };
   std::optional<PlanAhead> plan_ahead_;
 };

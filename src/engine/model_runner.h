@@ -62,8 +62,13 @@ class ModelRunner {
   // per row) returns one sampled token per row; without, only writes K/V (prefill).
   // while_running (may be empty): host work done while the device runs the step (the engine
   // builds the next step's plan there); a runner that computes on the host calls it after.
+  // plan_prepared: `plan` is the one last handed to prepare_plan, with no step in between.
   virtual SampledTokens step(const StepRows& rows, const attn::AttentionPlan* plan, const StepSampling* sampling,
-                             const std::function<void()>& while_running) = 0;
+                             const std::function<void()>& while_running, bool plan_prepared) = 0;
+  // From a step's while_running: the plan the next step gets if nobody finishes or joins. A
+  // runner may do that plan's host-side upload work now (the CUDA runner packs it into pinned
+  // staging); the next step says with plan_prepared whether its plan is this one.
+  virtual void prepare_plan(const attn::AttentionPlan& plan) { (void)plan; }
   // K/V of slot src[i] copied to slot dst[i] in every layer (the dense mode's own copies).
   virtual void copy_slots(std::span<const std::int32_t> src, std::span<const std::int32_t> dst) = 0;
   // Seconds of device time of the last step when the runner can tell (CUDA events), else -1.

@@ -402,21 +402,31 @@ struct PagedAttentionRunner::Impl {
   PlanCapacity capacity;
   KernelPair kernels;
   int shared_grid = 0, shared_ws_grid = 0, suffix_grid = 0, decode_grid = 0;
-  bool shared_ws = false;     // set by upload (AttentionPlan::shared_full_tiles)
-  bool suffix_decode = true;  // set by upload (suffix_runs_decode_kernel)
-  bool decode_narrow = false;  // set by upload: every suffix item has one row
-  int decode_quad = 0;         // set by upload: quad_decode_keys
+  // The current plan's kernel choices (made by prepare, applied by upload_prepared).
+  struct Choices {
+    bool shared_ws = false;      // AttentionPlan::shared_full_tiles
+    bool suffix_decode = true;   // suffix_runs_decode_kernel
+    bool decode_narrow = false;  // every suffix item has one row
+    int decode_quad = 0;         // quad_decode_keys
+    bool after_shared = false;   // pdl_rule: the suffix launch is the shared launch's dependent
+  } choices;
   int decode_quad_grid = 0;
-  bool after_shared = false;   // set by upload (pdl_rule): the suffix launch is the shared launch's dependent
   bool pdl_capable = false;    // sm_90+
   int pdl_force = -1;          // HYDRAGEN_PDL: 1 always, 0 never, unset: by pdl_rule
   float rescale_lag = kRescaleLag;  // HYDRAGEN_RESCALE_LAG
   int sms = 0;
-  // The plan's arrays, at capacity, in one device block laid out as `staging` (pinned host
-  // memory) is: upload packs them there and moves them with one copy.
+  // The plan's arrays, at capacity, in one device block laid out as each pinned staging
+  // buffer is: prepare packs a plan into one, upload_prepared moves it with one copy. Two
+  // buffers, used in turn, so a plan can be packed while the last one's copy is in flight.
   unsigned char* plan_block = nullptr;
-  unsigned char* staging = nullptr;
-  cudaEvent_t staged = nullptr;  // after the last upload's copy (it has read the staging)
+  struct Staging {
+    unsigned char* host = nullptr;
+    cudaEvent_t copied = nullptr;  // after its last copy (the buffer may be packed again)
+    std::size_t bytes = 0;         // the copy's extent: up to the end of the last array
+    Choices choices;
+  } staging[2];
+  int next_staging = 0;  // the buffer prepare packs next
+  int prepared = -1;     // the buffer holding a prepared plan not yet uploaded, or -1
   std::int32_t* pages = nullptr;
   attn::PlanPiece* pieces = nullptr;
   attn::PlanRow* rows = nullptr;
@@ -469,8 +479,10 @@ PagedAttentionRunner::PagedAttentionRunner(DType dtype, int head_dim, int q_head
   m.decode_quad_grid = static_cast<int>((capacity.suffix_items + kQuadItemsPerBlock - 1) / kQuadItemsPerBlock);
   const PlanBlockLayout layout(capacity);
   m.plan_block = device_array<unsigned char>(static_cast<std::int64_t>(layout.bytes));
-  HG_CUDA_CHECK(cudaMallocHost(&m.staging, layout.bytes));
-  HG_CUDA_CHECK(cudaEventCreateWithFlags(&m.staged, cudaEventDisableTiming));
+  for (Impl::Staging& buffer : m.staging) {
+    HG_CUDA_CHECK(cudaMallocHost(&buffer.host, layout.bytes));
+    HG_CUDA_CHECK(cudaEventCreateWithFlags(&buffer.copied, cudaEventDisableTiming));
+  }
   m.counts = reinterpret_cast<std::int32_t*>(m.plan_block + layout.counts);
   m.pages = reinterpret_cast<std::int32_t*>(m.plan_block + layout.pages);
   m.pieces = reinterpret_cast<attn::PlanPiece*>(m.plan_block + layout.pieces);
@@ -503,11 +515,13 @@ PagedAttentionRunner::~PagedAttentionRunner() {
   for (void* p : {static_cast<void*>(m.plan_block), static_cast<void*>(m.arrivals), static_cast<void*>(m.state_o),
                   static_cast<void*>(m.state_lse)})
     cudaFree(p);
-  if (m.staged != nullptr) cudaEventSynchronize(m.staged), cudaEventDestroy(m.staged);
-  if (m.staging != nullptr) cudaFreeHost(m.staging);
+  for (Impl::Staging& buffer : m.staging) {
+    if (buffer.copied != nullptr) cudaEventSynchronize(buffer.copied), cudaEventDestroy(buffer.copied);
+    if (buffer.host != nullptr) cudaFreeHost(buffer.host);
+  }
 }
 
-void PagedAttentionRunner::upload(const attn::AttentionPlan& plan, void* stream) {
+void PagedAttentionRunner::prepare(const attn::AttentionPlan& plan) {
   Impl& m = *impl_;
   // Every capacity first: a plan that does not fit leaves the last one intact.
   auto fits = [](std::size_t n, std::int64_t capacity, const char* what) {
@@ -522,26 +536,29 @@ void PagedAttentionRunner::upload(const attn::AttentionPlan& plan, void* stream)
   fits(plan.groups.size(), m.capacity.groups, "merge groups");
   HG_CHECK(plan.state_entries <= m.capacity.state_entries, "PagedAttentionRunner::upload: plan needs ",
            plan.state_entries, " partial states, capacity is ", m.capacity.state_entries);
+  // The staging buffer to pack, once its last copy has read it.
+  Impl::Staging& buffer = m.staging[m.next_staging];
+  HG_CUDA_CHECK(cudaEventSynchronize(buffer.copied));
   const SuffixItemSummary suffix = SuffixItemSummary::of(plan);  // one pass for the decode kernel's two choices
-  m.suffix_decode = suffix_runs_decode_kernel();
-  m.shared_ws = m.kernels.shared_ws != nullptr && (m.kernels.shared_ws_always || plan.shared_full_tiles);
-  m.decode_narrow = decode_runs_narrow(suffix);
-  m.decode_quad = m.suffix_decode ? quad_decode_keys(suffix) : 0;
-  const int blocks_per_sm = m.shared_ws ? m.kernels.shared_ws_blocks_per_sm : m.kernels.shared_blocks_per_sm;
-  m.after_shared = m.pdl_capable &&
+  Impl::Choices& c = buffer.choices;
+  c.suffix_decode = suffix_runs_decode_kernel();
+  c.shared_ws = m.kernels.shared_ws != nullptr && (m.kernels.shared_ws_always || plan.shared_full_tiles);
+  c.decode_narrow = decode_runs_narrow(suffix);
+  c.decode_quad = c.suffix_decode ? quad_decode_keys(suffix) : 0;
+  const int blocks_per_sm = c.shared_ws ? m.kernels.shared_ws_blocks_per_sm : m.kernels.shared_blocks_per_sm;
+  c.after_shared = m.pdl_capable &&
                    (m.pdl_force == 1 || (m.pdl_force < 0 && pdl_rule(static_cast<std::int64_t>(plan.shared_items.size()),
                                                                      blocks_per_sm, m.sms)));
   const std::int32_t counts[2] = {static_cast<std::int32_t>(plan.shared_items.size()),
                                   static_cast<std::int32_t>(plan.suffix_items.size())};
-  // The arrays packed into the pinned staging at their places in the plan block, then one
-  // copy of the block up to the end of the last array (the unused capacity between arrays goes
-  // along: nothing reads past the counts). The staging is reused once the last copy has read it.
-  HG_CUDA_CHECK(cudaEventSynchronize(m.staged));
+  // The arrays at their places in the plan block; the copy takes the block up to the end of
+  // the last array (the unused capacity between arrays goes along: nothing reads past the
+  // counts).
   const PlanBlockLayout layout(m.capacity);
   std::size_t end = 0;
   auto put = [&](std::size_t offset, const auto& src) {
     const std::size_t bytes = src.size() * sizeof(src[0]);
-    if (bytes > 0) std::memcpy(m.staging + offset, src.data(), bytes);
+    if (bytes > 0) std::memcpy(buffer.host + offset, src.data(), bytes);
     end = std::max(end, offset + bytes);
   };
   put(layout.counts, std::span<const std::int32_t>(counts));
@@ -551,18 +568,37 @@ void PagedAttentionRunner::upload(const attn::AttentionPlan& plan, void* stream)
   put(layout.shared_items, plan.shared_items);
   put(layout.groups, plan.groups);
   put(layout.suffix_items, plan.suffix_items);
+  buffer.bytes = end;
+  m.prepared = m.next_staging;
+  m.next_staging ^= 1;
+}
+
+void PagedAttentionRunner::upload_prepared(void* stream) {
+  Impl& m = *impl_;
+  HG_CHECK(m.prepared >= 0, "PagedAttentionRunner::upload_prepared: no plan prepared since the last upload");
+  Impl::Staging& buffer = m.staging[m.prepared];
+  m.prepared = -1;
+  m.choices = buffer.choices;
   auto st = static_cast<cudaStream_t>(stream);
   if (stream == nullptr) {
-    HG_CUDA_CHECK(cudaMemcpy(m.plan_block, m.staging, end, cudaMemcpyHostToDevice));
+    HG_CUDA_CHECK(cudaMemcpy(m.plan_block, buffer.host, buffer.bytes, cudaMemcpyHostToDevice));
   } else {
-    HG_CUDA_CHECK(cudaMemcpyAsync(m.plan_block, m.staging, end, cudaMemcpyHostToDevice, st));
-    HG_CUDA_CHECK(cudaEventRecord(m.staged, st));
+    HG_CUDA_CHECK(cudaMemcpyAsync(m.plan_block, buffer.host, buffer.bytes, cudaMemcpyHostToDevice, st));
+    HG_CUDA_CHECK(cudaEventRecord(buffer.copied, st));
   }
 }
 
+bool PagedAttentionRunner::has_prepared() const { return impl_->prepared >= 0; }
+
+void PagedAttentionRunner::upload(const attn::AttentionPlan& plan, void* stream) {
+  prepare(plan);
+  upload_prepared(stream);
+}
+
 int PagedAttentionRunner::launch_variant() const {
-  return (impl_->suffix_decode ? 1 : 0) | (impl_->decode_narrow ? 2 : 0) | (impl_->shared_ws ? 4 : 0) |
-         (impl_->decode_quad != 0 ? 8 : 0) | (impl_->decode_quad == 1 ? 16 : 0) | (impl_->after_shared ? 32 : 0);
+  const Impl::Choices& c = impl_->choices;
+  return (c.suffix_decode ? 1 : 0) | (c.decode_narrow ? 2 : 0) | (c.shared_ws ? 4 : 0) | (c.decode_quad != 0 ? 8 : 0) |
+         (c.decode_quad == 1 ? 16 : 0) | (c.after_shared ? 32 : 0);
 }
 
 void PagedAttentionRunner::poison_states() {
@@ -589,17 +625,17 @@ void PagedAttentionRunner::run(const PagedAttentionArgs& args, void* stream, boo
   p.rescale_lag = m.rescale_lag;
   if (m.shared_grid > 0) {
     p.items = m.shared_items, p.item_count = m.counts;
-    if (m.shared_ws) m.kernels.shared_ws(p, m.shared_ws_grid, st);
+    if (m.choices.shared_ws) m.kernels.shared_ws(p, m.shared_ws_grid, st);
     else m.kernels.shared(p, m.shared_grid, st);
     HG_CUDA_CHECK(cudaGetLastError());
   }
   if (shared_only || m.suffix_grid == 0) return;
   p.items = m.suffix_items, p.item_count = m.counts + 1;
-  const bool pdl = m.after_shared && m.shared_grid > 0;
-  if (m.decode_quad != 0)
-    (m.decode_quad == 1 ? m.kernels.decode_quad1 : m.kernels.decode_quad4)(p, m.decode_quad_grid, st, pdl);
-  else if (m.suffix_decode)
-    (m.decode_narrow ? m.kernels.decode_narrow : m.kernels.decode)(p, m.decode_grid, st, pdl);
+  const bool pdl = m.choices.after_shared && m.shared_grid > 0;
+  if (m.choices.decode_quad != 0)
+    (m.choices.decode_quad == 1 ? m.kernels.decode_quad1 : m.kernels.decode_quad4)(p, m.decode_quad_grid, st, pdl);
+  else if (m.choices.suffix_decode)
+    (m.choices.decode_narrow ? m.kernels.decode_narrow : m.kernels.decode)(p, m.decode_grid, st, pdl);
   else m.kernels.suffix(p, m.suffix_grid, st, pdl);
   HG_CUDA_CHECK(cudaGetLastError());
 }

@@ -113,12 +113,20 @@ class PagedAttentionRunner {
   PagedAttentionRunner(const PagedAttentionRunner&) = delete;
   PagedAttentionRunner& operator=(const PagedAttentionRunner&) = delete;
 
-  // Copies the plan into the device buffers: the arrays are packed into pinned staging laid out
-  // as the one device block that holds them, and moved by one copy (docs/perf-notes.md e13).
-  // Synchronous without a stream; with one (a cudaStream_t) asynchronous on it, so a run() on
-  // the same stream sees it; the next upload waits for that copy before reusing the staging.
-  // Throws when over capacity (checked before any copy: the last plan stays intact).
+  // Copies the plan into the device buffers: prepare(plan), then upload_prepared(stream).
   void upload(const attn::AttentionPlan& plan, void* stream = nullptr);
+  // The host half of an upload: checks the plan against the capacity (throws when over it;
+  // the current plan stays intact), makes its kernel choices and packs its arrays into pinned
+  // staging laid out as the one device block that holds them. No device work, so it may run
+  // while a step that reads the current plan is in flight (the engine prepares the next
+  // step's plan during this one; docs/perf-notes.md e13, e15). A second prepare replaces the
+  // first.
+  void prepare(const attn::AttentionPlan& plan);
+  // The device half: the prepared plan becomes the current one, moved into the device block by
+  // one copy. Synchronous without a stream; with one (a cudaStream_t) asynchronous on it, so a
+  // run() on the same stream sees it. Throws when nothing is prepared.
+  void upload_prepared(void* stream = nullptr);
+  bool has_prepared() const;
   // Enqueues the step on `stream` (a cudaStream_t; nullptr = the legacy stream).
   // shared_only: the shared-segment kernel alone (benchmarks time it by itself).
   void run(const PagedAttentionArgs& args, void* stream = nullptr, bool shared_only = false) const;
