@@ -609,11 +609,6 @@ TEST(CudaAttention, NarrowAndWideDecodeKernelsMatchReference) {
 #endif
 }
 
-// The decode kernel's merges of many columns (decode_merge.cuh), each path: one-row items alone
-// in their group with 3..32 columns (in registers, the lse fetched under the keys) and with
-// more (ticket, chunked merge); a one-row split suffix's last arrival (in registers, from the
-// buffer); 4- and 8-row groups' last arrivals (batched). Each trial checks that its plan has
-// the columns it is meant to cover.
 // The only suffix item of its group with 4 or 8 rows (GQA decode under a split stacked prefix)
 // merges in line when its (row, other column) pairs fit kInLinePairs: its own state never
 // written, the other columns' lse fetched under its keys (merge_rows_in_line); one pair past
@@ -689,6 +684,11 @@ TEST(CudaAttention, LoneMultiRowItemsMergeInLine) {
 #endif
 }
 
+// The decode kernel's merges of many columns (decode_merge.cuh), each path: one-row items alone
+// in their group with 3..32 columns (in registers, the lse fetched under the keys) and with
+// more (ticket, chunked merge); a one-row split suffix's last arrival (in registers, from the
+// buffer); 4- and 8-row groups' last arrivals (batched). Each trial checks that its plan has
+// the columns it is meant to cover.
 TEST(CudaAttention, DecodeMergesOfManyColumnsMatchReference) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA
