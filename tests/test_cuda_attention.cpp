@@ -21,6 +21,7 @@
 #include <optional>
 
 #include "backend/cuda/cuda_attention.h"
+#include "backend/cuda/model_ops.h"
 #include "backend/cuda/paged_attention_runner.h"
 #endif
 
@@ -919,6 +920,98 @@ TEST(CudaAttention, UnsupportedHeadDimIsAClearError) {
     FAIL() << "head_dim 80 should throw";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("head_dim 80"), std::string::npos) << e.what();
+  }
+#endif
+}
+
+// v28: the TMA shared kernel as the programmatic dependent of the RoPE launch that writes q
+// (PagedAttentionArgs::q_from_previous_launch), eagerly and in a captured graph. q starts as
+// NaN and RoPE (position 0: no rotation, so q is the q part of qkv) fills it; a shared kernel
+// that read q before RoPE's end would put NaN or stale values into the output. Batches of
+// 48-300 sequences (full 128-row tiles: the TMA kernel runs), every shared segment stacked, a
+// second call with another q on the same buffers, against the float64 reference.
+TEST(CudaAttention, SharedLaunchOverlapsTheLaunchThatWritesQ) {
+  SKIP_WITHOUT_GPU();
+#ifdef HYDRAGEN_WITH_CUDA
+  Rng rng;
+  SCOPED_TRACE(rng.trace());
+  for (int trial = 0; trial < 6; ++trial) {
+    const bool graph = trial % 2 == 1;
+    testing::PagedShape shape;
+    shape.page_size = 64;
+    shape.head_dim = 128;
+    shape.groups = rng.pick(std::vector<int>{4, 8});
+    shape.kv_heads = rng.uniform_int(1, 2);
+    shape.depth = rng.uniform_int(1, 2);
+    shape.batch = rng.pick(std::vector<int>{48, 128, 300});
+    shape.segment_lengths = {700, 1500, 2100};
+    shape.round_to_bf16 = true;
+    const testing::PagedCase c = testing::random_paged_case(shape, rng);
+    attn::PlanOptions options = cuda::plan_options_for_device(DType::bf16, 128, AttentionMode::hydragen, true);
+    options.min_sharers_to_stack = 1, options.min_segment_tokens_to_stack = 1, options.fold_when_stacking_saves_little = false;
+    const attn::AttentionPlan plan = attn::build_attention_plan(c.layout, options);
+    ASSERT_TRUE(plan.shared_full_tiles && !plan.shared_items.empty()) << "trial " << trial;
+    const std::int64_t rows = c.q.size(0), hq = c.q.size(1), hkv = c.layout.kv_heads, d = 128;
+    cuda::PagedAttentionRunner runner(DType::bf16, static_cast<int>(d), static_cast<int>(hq), static_cast<int>(hkv),
+                                      cuda::PlanCapacity::of(plan), options.shared_tile_rows);
+    runner.upload(plan);
+    EXPECT_TRUE(runner.launch_variant() & 4) << "the TMA shared kernel";
+    const Tensor k = c.k_pool.to(DType::bf16).to(Device::cuda), v = c.v_pool.to(DType::bf16).to(Device::cuda);
+    // RoPE's own K/V go to scratch caches (no stacked segment's slots), one slot per row.
+    Tensor k_scratch = Tensor::zeros({rows, hkv, d}, DType::bf16, Device::cuda), v_scratch = k_scratch.clone();
+    Tensor positions = Tensor::zeros({rows}, DType::i32, Device::cuda);
+    std::vector<std::int32_t> slot_ids(static_cast<std::size_t>(rows));
+    for (std::int64_t r = 0; r < rows; ++r) slot_ids[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(r);
+    Tensor slots = Tensor::empty({rows}, DType::i32, Device::cuda);
+    slots.copy_from(Tensor::wrap(slot_ids.data(), {rows}, DType::i32));
+    Tensor inv_freq = Tensor::zeros({d / 2}, DType::f32, Device::cuda);
+    Tensor q = Tensor::empty({rows, hq, d}, DType::bf16, Device::cuda);
+    Tensor out = Tensor::empty({rows, hq, d}, DType::bf16, Device::cuda);
+    Tensor out_lse = Tensor::empty({rows, hq}, DType::f32, Device::cuda);
+    cudaStream_t stream;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    cuda::PagedAttentionArgs args;
+    args.q = q.raw(), args.k_pool = k.raw(), args.v_pool = v.raw(), args.out = out.raw();
+    args.out_lse = out_lse.data<float>(), args.page_size = c.layout.page_size;
+    args.q_from_previous_launch = true;
+    Tensor qkv = Tensor::empty({rows, (hq + 2 * hkv) * d}, DType::bf16, Device::cuda);
+    auto enqueue = [&] {
+      cuda::rope_append_kv(qkv, hq, hkv, positions, inv_freq, slots, k_scratch, v_scratch, &q, stream);
+      runner.run(args, stream);
+    };
+    cudaGraphExec_t exec = nullptr;
+    if (graph) {
+      cudaGraph_t g;
+      ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+      enqueue();
+      ASSERT_EQ(cudaStreamEndCapture(stream, &g), cudaSuccess);
+      ASSERT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+      cudaGraphDestroy(g);
+    }
+    for (int call = 0; call < 2; ++call) {
+      // q heads of qkv: fresh random q (bf16 values); its k and v heads random too.
+      const Tensor qi = testing::random_tensor({rows, hq, d}, DType::bf16, rng);
+      Tensor qkv_host = testing::random_tensor({rows, (hq + 2 * hkv) * d}, DType::bf16, rng).to(Device::cpu);
+      const Tensor qi_host = qi.to(Device::cpu);
+      for (std::int64_t r = 0; r < rows; ++r)
+        std::memcpy(static_cast<unsigned char*>(qkv_host.raw()) + r * (hq + 2 * hkv) * d * 2,
+                    static_cast<const unsigned char*>(qi_host.raw()) + r * hq * d * 2, static_cast<std::size_t>(hq * d * 2));
+      qkv.copy_from(qkv_host);
+      runner.poison_states();
+      ASSERT_EQ(cudaMemset(q.raw(), 0xff, q.bytes()), cudaSuccess);
+      ASSERT_EQ(cudaMemset(out.raw(), 0xff, out.bytes()), cudaSuccess);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      if (graph) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+      else enqueue();
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      const AttentionState ref = reference_tree_attention(c.tree, qi.to(DType::f32));
+      const Tensor o = out.to(Device::cpu).to(DType::f32);
+      EXPECT_LE(relative_norm_error(o, ref.o), 5e-3)
+          << "trial " << trial << (graph ? " graph" : " eager") << " call " << call << " G " << shape.groups << " Hkv "
+          << hkv << " batch " << shape.batch;
+    }
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    cudaStreamDestroy(stream);
   }
 #endif
 }

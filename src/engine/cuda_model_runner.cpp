@@ -261,6 +261,9 @@ class CudaModelRunner final : public ModelRunner {
         args.out = o.raw();
         args.out_lse = lse.data<float>();
         args.page_size = kv_.page_size;
+        // RoPE just wrote q and this step's own K/V slots (a sequence's pages, a node being
+        // prefilled, the sink): never a stacked segment's, so the shared launch may overlap it.
+        args.q_from_previous_launch = true;
         attention_->run(args, stream_);
       };
     }

@@ -45,7 +45,9 @@ class LlamaCuda {
   };
   StepBuffers new_step_buffers(std::int64_t rows) const;
   // attend(layer, q, o, lse): enqueue layer `layer`'s attention of q bf16 [rows, Hq, d] into
-  // o bf16 [rows, Hq, d] (lse f32 [rows, Hq] is scratch it may write).
+  // o bf16 [rows, Hq, d] (lse f32 [rows, Hq] is scratch it may write). It is enqueued right
+  // after the RoPE launch that writes q and this step's K/V slots, which lets a programmatic
+  // dependent start early (cuda::PagedAttentionArgs::q_from_previous_launch).
   using AttendFn = std::function<void(std::int64_t layer, const Tensor& q, Tensor& o, Tensor& lse)>;
   // Enqueues on `stream` the forward pass of the first `rows` rows of `b`, whose tokens,
   // positions and slots are already on the device: each row's K/V goes to its slot of

@@ -130,6 +130,15 @@ __global__ void __launch_bounds__(kNormThreads) add_rms_norm_vec8_kernel(bf16_t*
   }
 }
 
+// The attention's TMA shared kernel may run as RoPE's programmatic dependent (v28,
+// PagedAttentionArgs::q_from_previous_launch): both RoPE kernels let it start at once; it
+// reads nothing they write before its griddepcontrol.wait. A no-op before a plain launch.
+__device__ __forceinline__ void let_attention_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // One block per row. Pairs are (x[i], x[i + d/2]):
 // x'[i] = x[i] cos - x[i + d/2] sin, x'[i + d/2] = x[i + d/2] cos + x[i] sin.
 // blockDim is a multiple of pairs_per_pass = min(d/2, blockDim): each thread keeps a pair
@@ -137,6 +146,7 @@ __global__ void __launch_bounds__(kNormThreads) add_rms_norm_vec8_kernel(bf16_t*
 __global__ void rope_append_kv_kernel(bf16_t* qkv, int q_heads, int kv_heads, int head_dim, const int* positions,
                                       const float* inv_freq, const int* slots, bf16_t* k_cache, bf16_t* v_cache,
                                       bf16_t* q_out) {
+  let_attention_start();
   const int row = blockIdx.x, half = head_dim / 2;
   const int pairs_per_pass = min(half, static_cast<int>(blockDim.x)), head_step = blockDim.x / pairs_per_pass;
   const int heads = q_heads + 2 * kv_heads;
@@ -180,6 +190,7 @@ __global__ void rope_append_kv_vec8_kernel(bf16_t* qkv, int q_heads, int kv_head
                                            const float* inv_freq, const int* slots, bf16_t* k_cache, bf16_t* v_cache,
                                            bf16_t* q_out) {
   extern __shared__ float table[];  // cos [half], sin [half]
+  let_attention_start();
   const int row = blockIdx.x, half = head_dim / 2;
   float* cos_t = table;
   float* sin_t = table + half;

@@ -37,6 +37,10 @@ struct PagedAttentionParams {
   int page_size, page_shift, kv_heads, q_heads;  // page_size = 1 << page_shift
   float scale_log2;
   float rescale_lag;  // the shared kernels' lazy rescaling (online_softmax_step; HYDRAGEN_RESCALE_LAG)
+  // The TMA shared kernel runs as the programmatic dependent of the launch before it, which
+  // writes q (PagedAttentionArgs::q_from_previous_launch): it reads q only after
+  // wait_for_previous_launch, and lets its own dependents start only after that.
+  int q_after_wait;
 };
 
 // Pool token slot of token `tok` of a piece's page list (its page looked up in p.pages). 32
@@ -63,6 +67,9 @@ __device__ __forceinline__ void wait_for_shared_launch() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
+// The same wait, where the kernel is the dependent of the launch before the attention (the
+// TMA shared kernel after RoPE, v28): that launch's writes are complete and visible after it.
+__device__ __forceinline__ void wait_for_previous_launch() { wait_for_shared_launch(); }
 
 template <class T, int D, int WM, int WN>
 struct PagedTile {

@@ -625,6 +625,8 @@ void PagedAttentionRunner::run(const PagedAttentionArgs& args, void* stream, boo
   p.rescale_lag = m.rescale_lag;
   if (m.shared_grid > 0) {
     p.items = m.shared_items, p.item_count = m.counts;
+    // v28: the TMA shared kernel as the q-writing launch's dependent (sm_90; HYDRAGEN_PDL=0 off).
+    p.q_after_wait = args.q_from_previous_launch && m.choices.shared_ws && m.pdl_capable && m.pdl_force != 0;
     if (m.choices.shared_ws) m.kernels.shared_ws(p, m.shared_ws_grid, st);
     else m.kernels.shared(p, m.shared_grid, st);
     HG_CUDA_CHECK(cudaGetLastError());

@@ -32,6 +32,12 @@ struct PagedAttentionArgs {
   float* out_lse = nullptr;   // [query_rows, Hq]
   int page_size = 64;
   float scale = 0;            // 0: 1/sqrt(D)
+  // The launch just before run() on the stream wrote q (and K/V only at slots no stacked
+  // segment of the plan holds), and called griddepcontrol.launch_dependents: the TMA shared
+  // kernel (sm_90) then starts as that launch's programmatic dependent, reads its items, pieces
+  // and first K/V blocks while it runs, and waits for it only before reading q (v28,
+  // docs/perf-notes.md). The engine's forward sets it after rope_append_kv.
+  bool q_from_previous_launch = false;
 };
 
 // Head dims with compiled kernels; others throw from the runner's constructor.

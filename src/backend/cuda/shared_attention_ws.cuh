@@ -101,7 +101,11 @@ __global__ void __launch_bounds__(384, 1)
   const std::uint32_t empty_addr = full_addr + Tile::kStages * 8;
   const std::uint32_t q_full_addr = empty_addr + Tile::kStages * 8, q_free_addr = q_full_addr + 8;
 
-  allow_dependent_launch();
+  // As the previous launch's dependent (p.q_after_wait, kTma only: its Q loaders are the only
+  // readers of q), this block lets its own dependents start only once it has waited for that
+  // launch, so that nothing after it runs ahead of the q and K/V that launch writes.
+  const bool q_after_wait = Loads == WsLoads::kTma && p.q_after_wait != 0;
+  if (!q_after_wait) allow_dependent_launch();
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = warp / 4;
   if (tid == 0) {
     for (int s = 0; s < Tile::kStages; ++s) {
@@ -181,6 +185,10 @@ __global__ void __launch_bounds__(384, 1)
               src[j] = (std::int64_t{row.token} * p.q_heads + it.kv_head * group_size + row.group) * D;
             }
           }
+          if (k == 0 && q_after_wait) {  // q is the previous launch's: wait for it here, with the item read
+            wait_for_previous_launch();
+            allow_dependent_launch();
+          }
           if (k > 0) wgmma::mbar_wait(q_free_addr, (k - 1) & 1);  // the consumers are done with the last Q
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
@@ -192,6 +200,9 @@ __global__ void __launch_bounds__(384, 1)
           }
           wgmma::mbar_arrive_cp_async(q_full_addr);
         }
+        // A block without items still finishes only after the previous launch (its completion
+        // must imply that launch's, for the launches after this one).
+        if (k == 0 && q_after_wait) wait_for_previous_launch();
         ptx::cp_async_commit();
         ptx::cp_async_wait<0>();  // nothing of this thread's in flight when it exits
         return;
@@ -485,6 +496,7 @@ int prepare_shared_ws() {
 // 64 dims x 1 head x min(page_size, 64) slots, 128-byte swizzle (paged_attention_runner.cu).
 CUtensorMap encode_kv_tensor_map(const void* pool, bool bf16, int kv_heads, int page_size);
 
+// p.q_after_wait (kTma only): launched as the programmatic dependent of the launch before it.
 template <class T, bool PingPong, WsLoads Loads>
 void launch_shared_ws(const PagedAttentionParams& p, int grid, cudaStream_t stream) {
   using Tile = WsSharedTile<T>;
@@ -493,6 +505,17 @@ void launch_shared_ws(const PagedAttentionParams& p, int grid, cudaStream_t stre
     constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
     tk = encode_kv_tensor_map(p.k_pool, bf16, p.kv_heads, p.page_size);
     tv = encode_kv_tensor_map(p.v_pool, bf16, p.kv_heads, p.page_size);
+    if (p.q_after_wait != 0) {
+      cudaLaunchConfig_t config{};
+      config.gridDim = dim3(grid), config.blockDim = dim3(Tile::kThreads), config.dynamicSmemBytes = Tile::kSmemBytes;
+      config.stream = stream;
+      cudaLaunchAttribute attribute{};
+      attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attribute.val.programmaticStreamSerializationAllowed = 1;
+      config.attrs = &attribute, config.numAttrs = 1;
+      cudaLaunchKernelEx(&config, shared_attention_ws_kernel<T, PingPong, Loads>, p, tk, tv);  // run() checks
+      return;
+    }
   }
   shared_attention_ws_kernel<T, PingPong, Loads><<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p, tk, tv);
 }
