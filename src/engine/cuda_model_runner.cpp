@@ -131,9 +131,8 @@ class CudaModelRunner final : public ModelRunner {
     // GEMM shapes and give the same tokens.
     const std::int64_t padded = sampling != nullptr ? std::min(bucket_for(n), capacity_) : n;
     stage_inputs(rows, padded, sampling);
-    if (plan != nullptr && plan_prepared && prepared_) {
+    if (plan != nullptr && plan_prepared && attention_ && attention_->has_prepared()) {
       attention_->upload_prepared(stream_);  // packed during the last step (prepare_plan)
-      prepared_ = false;
     } else if (plan != nullptr) {
       upload(*plan);
     }
@@ -172,8 +171,7 @@ class CudaModelRunner final : public ModelRunner {
   // The next step's plan packed into the attention runner's pinned staging while this step
   // runs; a plan past the runner's capacity waits for the step (upload grows the runner).
   void prepare_plan(const attn::AttentionPlan& plan) override {
-    prepared_ = attention_ && attention_capacity_.holds(cuda::PlanCapacity::of(plan));
-    if (prepared_) attention_->prepare(plan);
+    if (attention_ && attention_capacity_.holds(cuda::PlanCapacity::of(plan))) attention_->prepare(plan);
   }
 
   void copy_slots(std::span<const std::int32_t> src, std::span<const std::int32_t> dst) override {
@@ -228,9 +226,8 @@ class CudaModelRunner final : public ModelRunner {
 
   // The plan into the attention runner's buffers; a plan past its capacity makes a larger
   // runner (and drops the graphs that captured the old one's buffers). A plan prepared and
-  // not used is dropped.
+  // not used is replaced (PagedAttentionRunner::upload prepares this one in its place).
   void upload(const attn::AttentionPlan& plan) {
-    prepared_ = false;
     const cuda::PlanCapacity need = cuda::PlanCapacity::of(plan);
     const int tile_rows = plan_options(AttentionMode::hydragen).shared_tile_rows;
     if (!attention_ || !attention_capacity_.holds(need)) {
@@ -318,7 +315,6 @@ class CudaModelRunner final : public ModelRunner {
   float* out_logprobs_ = nullptr;  // out_tokens_ + capacity_
   GraphMap graphs_;
   bool graphs_ok_ = true;
-  bool prepared_ = false;  // attention_ holds the plan of the last prepare_plan, not yet uploaded
   mutable std::array<std::optional<attn::PlanOptions>, 3> plan_options_;  // per AttentionMode
   double last_device_seconds_ = -1;
 };

@@ -361,7 +361,7 @@ bool Engine::decode_step() {
     // (nobody finished, joined or skipped tokens since): a plan is a function of its layout.
     if (plan_ahead_ && plan_ahead_->layout == layout) {
       plan = std::move(plan_ahead_->plan);
-      plan_prepared = plan_ahead_->prepared;
+      plan_prepared = true;  // handed to prepare_plan when it was built
       stats_.plans_built_ahead += 1;
     } else {
       stats_.plans_ahead_discarded += plan_ahead_ ? 1 : 0;
@@ -373,7 +373,7 @@ bool Engine::decode_step() {
         attn::PagedLayout next = decode_layout(1);
         attn::AttentionPlan next_plan = attn::build_attention_plan(next, runner_.plan_options(mode));
         runner_.prepare_plan(next_plan);
-        plan_ahead_ = PlanAhead{std::move(next), std::move(next_plan), true};
+        plan_ahead_ = PlanAhead{std::move(next), std::move(next_plan)};
       };
     }
   }

@@ -125,8 +125,7 @@ class Engine {
   // The next decode step's plan and the layout it was built for (EngineOptions::plan_ahead).
   struct PlanAhead {
     attn::PagedLayout layout;
-    attn::AttentionPlan plan;
-    bool prepared = false;  // handed to the runner's prepare_plan
+    attn::AttentionPlan plan;  // handed to the runner's prepare_plan when built
   };
   std::optional<PlanAhead> plan_ahead_;
 };
