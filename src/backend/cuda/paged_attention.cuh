@@ -16,6 +16,7 @@
 
 #include "attn/paged_plan.h"
 #include "backend/cuda/attention_state.cuh"
+#include "backend/cuda/cuda_check.h"
 #include "backend/cuda/mma.cuh"
 
 namespace hydragen::cuda {
@@ -70,6 +71,28 @@ __device__ __forceinline__ void wait_for_shared_launch() {
 // The same wait, where the kernel is the dependent of the launch before the attention (the
 // TMA shared kernel after RoPE, v28): that launch's writes are complete and visible after it.
 __device__ __forceinline__ void wait_for_previous_launch() { wait_for_shared_launch(); }
+
+// kernel(args...) on `stream`; dependent: as the programmatic dependent of the launch before
+// it on the stream (the suffix launch after the shared one, the shared one after RoPE).
+template <class Kernel, class... Args>
+void launch_kernel(Kernel kernel, int grid, int threads, int smem_bytes, cudaStream_t stream, bool dependent,
+                   const Args&... args) {
+  if (!dependent) {
+    kernel<<<grid, threads, smem_bytes, stream>>>(args...);
+    return;
+  }
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(grid));
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.dynamicSmemBytes = static_cast<std::size_t>(smem_bytes);
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  HG_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args...));
+}
 
 template <class T, int D, int WM, int WN>
 struct PagedTile {

@@ -53,27 +53,6 @@ using LaunchFn = void (*)(const PagedAttentionParams&, int grid, cudaStream_t);
 // shared launch just before it on the stream (PDL, paged_attention.cuh's wait_for_shared_launch).
 using SuffixLaunchFn = void (*)(const PagedAttentionParams&, int grid, cudaStream_t, bool after_shared);
 
-// kernel(p) on `stream`; after_shared: as that dependent.
-template <class Kernel>
-void launch_kernel(Kernel kernel, int grid, int threads, int smem_bytes, cudaStream_t stream, bool after_shared,
-                   const PagedAttentionParams& p) {
-  if (!after_shared) {
-    kernel<<<grid, threads, smem_bytes, stream>>>(p);
-    return;
-  }
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(grid));
-  config.blockDim = dim3(static_cast<unsigned>(threads));
-  config.dynamicSmemBytes = static_cast<std::size_t>(smem_bytes);
-  config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  HG_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p));
-}
-
 // The mma.sync kernel: as the suffix launch (launch_mma) or the shared one (launch).
 template <class T, int D, int WM, int WN>
 void launch_mma(const PagedAttentionParams& p, int grid, cudaStream_t stream, bool after_shared) {
@@ -396,6 +375,30 @@ PlanCapacity PlanCapacity::max(const PlanCapacity& o) const {
           std::max(groups, o.groups), std::max(state_entries, o.state_entries)};
 }
 
+// Where each plan array starts in the plan block (16-byte aligned, at capacity), in the order
+// prepare packs them: the counts first, the arrays that grow with the batch last.
+struct PlanBlockLayout {
+  std::size_t counts = 0, pages = 0, pieces = 0, rows = 0, shared_items = 0, groups = 0, suffix_items = 0, bytes = 0;
+  static PlanBlockLayout of(const PlanCapacity& c) {
+    PlanBlockLayout l;
+    std::size_t at = 0;
+    auto take = [&at](std::int64_t n, std::size_t size) {
+      const std::size_t begin = at;
+      at += (static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * size + 15) / 16 * 16;
+      return begin;
+    };
+    l.counts = take(2, sizeof(std::int32_t));
+    l.pages = take(c.pages, sizeof(std::int32_t));
+    l.pieces = take(c.pieces, sizeof(attn::PlanPiece));
+    l.rows = take(c.rows, sizeof(attn::PlanRow));
+    l.shared_items = take(c.shared_items, sizeof(attn::PlanItem));
+    l.groups = take(c.groups, sizeof(attn::PlanMergeGroup));
+    l.suffix_items = take(c.suffix_items, sizeof(attn::PlanItem));
+    l.bytes = at;
+    return l;
+  }
+};
+
 struct PagedAttentionRunner::Impl {
   DType dtype;
   int head_dim, q_heads, kv_heads;
@@ -419,6 +422,7 @@ struct PagedAttentionRunner::Impl {
   // buffer is: prepare packs a plan into one, upload_prepared moves it with one copy. Two
   // buffers, used in turn, so a plan can be packed while the last one's copy is in flight.
   unsigned char* plan_block = nullptr;
+  PlanBlockLayout layout;  // of plan_block (and of each staging buffer)
   struct Staging {
     unsigned char* host = nullptr;
     cudaEvent_t copied = nullptr;  // after its last copy (the buffer may be packed again)
@@ -439,28 +443,6 @@ struct PagedAttentionRunner::Impl {
   float* state_lse = nullptr;
 };
 
-// Where each plan array starts in the plan block (16-byte aligned, at capacity), in the order
-// upload packs them: the counts first, the arrays that grow with the batch last.
-struct PlanBlockLayout {
-  std::size_t counts = 0, pages = 0, pieces = 0, rows = 0, shared_items = 0, groups = 0, suffix_items = 0, bytes = 0;
-  explicit PlanBlockLayout(const PlanCapacity& c) {
-    std::size_t at = 0;
-    auto take = [&at](std::int64_t n, std::size_t size) {
-      const std::size_t begin = at;
-      at += (static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * size + 15) / 16 * 16;
-      return begin;
-    };
-    counts = take(2, sizeof(std::int32_t));
-    pages = take(c.pages, sizeof(std::int32_t));
-    pieces = take(c.pieces, sizeof(attn::PlanPiece));
-    rows = take(c.rows, sizeof(attn::PlanRow));
-    shared_items = take(c.shared_items, sizeof(attn::PlanItem));
-    groups = take(c.groups, sizeof(attn::PlanMergeGroup));
-    suffix_items = take(c.suffix_items, sizeof(attn::PlanItem));
-    bytes = at;
-  }
-};
-
 PagedAttentionRunner::PagedAttentionRunner(DType dtype, int head_dim, int q_heads, int kv_heads,
                                            const PlanCapacity& capacity, int shared_tile_rows)
     : impl_(std::make_unique<Impl>()) {
@@ -477,7 +459,8 @@ PagedAttentionRunner::PagedAttentionRunner(DType dtype, int head_dim, int q_head
   // decode: one warp per item, blocks past the item count exit at once
   m.decode_grid = static_cast<int>((capacity.suffix_items + kDecodeItemsPerBlock - 1) / kDecodeItemsPerBlock);
   m.decode_quad_grid = static_cast<int>((capacity.suffix_items + kQuadItemsPerBlock - 1) / kQuadItemsPerBlock);
-  const PlanBlockLayout layout(capacity);
+  m.layout = PlanBlockLayout::of(capacity);
+  const PlanBlockLayout& layout = m.layout;
   m.plan_block = device_array<unsigned char>(static_cast<std::int64_t>(layout.bytes));
   for (Impl::Staging& buffer : m.staging) {
     HG_CUDA_CHECK(cudaMallocHost(&buffer.host, layout.bytes));
@@ -554,7 +537,7 @@ void PagedAttentionRunner::prepare(const attn::AttentionPlan& plan) {
   // The arrays at their places in the plan block; the copy takes the block up to the end of
   // the last array (the unused capacity between arrays goes along: nothing reads past the
   // counts).
-  const PlanBlockLayout layout(m.capacity);
+  const PlanBlockLayout& layout = m.layout;
   std::size_t end = 0;
   auto put = [&](std::size_t offset, const auto& src) {
     const std::size_t bytes = src.size() * sizeof(src[0]);

@@ -505,19 +505,9 @@ void launch_shared_ws(const PagedAttentionParams& p, int grid, cudaStream_t stre
     constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
     tk = encode_kv_tensor_map(p.k_pool, bf16, p.kv_heads, p.page_size);
     tv = encode_kv_tensor_map(p.v_pool, bf16, p.kv_heads, p.page_size);
-    if (p.q_after_wait != 0) {
-      cudaLaunchConfig_t config{};
-      config.gridDim = dim3(grid), config.blockDim = dim3(Tile::kThreads), config.dynamicSmemBytes = Tile::kSmemBytes;
-      config.stream = stream;
-      cudaLaunchAttribute attribute{};
-      attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attribute.val.programmaticStreamSerializationAllowed = 1;
-      config.attrs = &attribute, config.numAttrs = 1;
-      cudaLaunchKernelEx(&config, shared_attention_ws_kernel<T, PingPong, Loads>, p, tk, tv);  // run() checks
-      return;
-    }
   }
-  shared_attention_ws_kernel<T, PingPong, Loads><<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p, tk, tv);
+  launch_kernel(shared_attention_ws_kernel<T, PingPong, Loads>, grid, Tile::kThreads, Tile::kSmemBytes, stream,
+                Loads == WsLoads::kTma && p.q_after_wait != 0, p, tk, tv);
 }
 
 }  // namespace hydragen::cuda
