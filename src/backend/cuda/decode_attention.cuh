@@ -632,8 +632,8 @@ __global__ void __launch_bounds__(DecodeShape<T, D>::kThreads, MinBlocks) decode
   T* sk = reinterpret_cast<T*>(sp + MaxRows * Shape::kChunk);                           // [kChunk][kKRow]
   T* sv = sk + Shape::kChunk * Shape::kKRow;                                            // [kChunk][D]
   const int item_index = blockIdx.x * Shape::kWarps + warp;
-  if (item_index >= *p.item_count) return;  // (plan data: written before the shared launch)
-  const attn::PlanItem it = p.items[item_index];
+  attn::PlanItem it;
+  if (!load_suffix_item(p, item_index, it)) return;  // (plan data: written before the shared launch)
   if constexpr (MaxRows == 1) {  // the runner's choice guarantees row_count <= 1 here
     decode_item<T, D, 1>(p, it, sq, sp, sk, sv, lane);
   } else {

@@ -13,6 +13,19 @@
 
 namespace hydragen::cuda {
 
+// This lane's D / 32 dims (DL = 4 or 2) of a partial state's o at src if `load`, else zeros:
+// ptx::ldcg_if, so every column's load of a merge is in flight at once.
+template <int DL>
+__device__ __forceinline__ void load_o_if(bool load, const float* src, float (&x)[DL]) {
+  if constexpr (DL == 4) {
+    const float4 v = ptx::ldcg_if(load, reinterpret_cast<const float4*>(src));
+    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+  } else {
+    const float2 v = ptx::ldcg_if(load, reinterpret_cast<const float2*>(src));
+    x[0] = v.x, x[1] = v.y;
+  }
+}
+
 // One row's merge over n <= 32 columns (entries head_entry + c * stride), written to output row
 // qi: lane c holds column c's lse (-inf past n and at `own`). own >= 0: that column is the
 // calling warp's state, in registers (own_o: its lane's D / 32 dims, normalised; own_lse),
@@ -51,17 +64,7 @@ __device__ __forceinline__ void merge_row_in_registers(const PagedAttentionParam
       for (int j = 0; j < kBatch; ++j) {
         w[j] = __shfl_sync(0xffffffffu, w_lane, (c0 + j) & 31);
         if (c0 + j >= n) w[j] = 0.f;
-#pragma unroll
-        for (int i = 0; i < DL; ++i) x[j][i] = 0.f;
-        if (w[j] == 0.f) continue;
-        const float* src = column0 + std::int64_t{c0 + j} * stride * D;
-        if constexpr (DL == 4) {
-          const float4 v = __ldcg(reinterpret_cast<const float4*>(src));
-          x[j][0] = v.x, x[j][1] = v.y, x[j][2] = v.z, x[j][3] = v.w;
-        } else {
-          const float2 v = __ldcg(reinterpret_cast<const float2*>(src));
-          x[j][0] = v.x, x[j][1] = v.y;
-        }
+        load_o_if<DL>(w[j] != 0.f, column0 + std::int64_t{c0 + j} * stride * D, x[j]);
       }
 #pragma unroll
       for (int j = 0; j < kBatch; ++j)
@@ -111,18 +114,9 @@ __device__ __forceinline__ void merge_rows_in_line(const PagedAttentionParams& p
 #pragma unroll
     for (int j = 0; j < kOther; ++j) {
       w[r][j] = mx[r] == -INFINITY ? 0.f : __expf(w[r][j] - mx[r]);  // 0 at -inf: never loaded
-#pragma unroll
-      for (int i = 0; i < DL; ++i) x[r][j][i] = 0.f;
-      if (w[r][j] == 0.f) continue;
       const int column = j < it.column ? j : j + 1;  // the other columns, own skipped
       const float* src = p.states.o + (head_entry + std::int64_t{column} * stride) * D + lane * DL;
-      if constexpr (DL == 4) {
-        const float4 v = __ldcg(reinterpret_cast<const float4*>(src));
-        x[r][j][0] = v.x, x[r][j][1] = v.y, x[r][j][2] = v.z, x[r][j][3] = v.w;
-      } else {
-        const float2 v = __ldcg(reinterpret_cast<const float2*>(src));
-        x[r][j][0] = v.x, x[r][j][1] = v.y;
-      }
+      load_o_if<DL>(w[r][j] != 0.f, src, x[r][j]);
     }
   }
 #pragma unroll
@@ -225,9 +219,9 @@ __device__ __forceinline__ bool merge_rows_in_warp(const PagedAttentionParams& p
         for (int j = 0; j < kMergeBatch; ++j) {
           const int c = c0 + j;
           ww[u][j] = on[u] && c < n ? w[r[u] * n + c] : 0.f;
-          x[u][j] = make_float4(0.f, 0.f, 0.f, 0.f);
-          if (ww[u][j] != 0.f)  // a zero weight's entry may be unwritten: never loaded
-            x[u][j] = __ldcg(reinterpret_cast<const float4*>(p.states.o + (s_base[r[u]] + std::int64_t{c} * s_stride[r[u]]) * D + d[u]));
+          // (A zero weight's entry may be unwritten: never loaded.)
+          x[u][j] = ptx::ldcg_if(ww[u][j] != 0.f, reinterpret_cast<const float4*>(
+                                                       p.states.o + (s_base[r[u]] + std::int64_t{c} * s_stride[r[u]]) * D + d[u]));
         }
 #pragma unroll
       for (int u = 0; u < 2; ++u)

@@ -77,8 +77,8 @@ __global__ void __launch_bounds__(QuadShape<T, D, KB>::kThreads, QuadShape<T, D,
   const int lane = threadIdx.x % 32, sub = lane % 4;
   const unsigned mask = 0xFu << (lane & ~3);  // this quad's lanes
   const int item_index = blockIdx.x * Shape::kItemsPerBlock + threadIdx.x / 4;
-  if (item_index >= *p.item_count) return;  // whole quads leave together
-  const attn::PlanItem it = p.items[item_index];
+  attn::PlanItem it;
+  if (!load_suffix_item(p, item_index, it)) return;  // whole quads leave together
   const attn::PlanRow row = p.rows[it.row_begin];  // one row (the runner's choice)
   const attn::PlanMergeGroup grp = p.groups[it.group];
   const int group_size = p.q_heads / p.kv_heads;
@@ -221,7 +221,7 @@ __global__ void __launch_bounds__(QuadShape<T, D, KB>::kThreads, QuadShape<T, D,
             w[j] = __shfl_sync(mask, w_lane, (lane & ~3) + k + j);
             const float4* src = column_o + std::int64_t{c0 + k + j} * column_step;
 #pragma unroll
-            for (int g = 0; g < NG; ++g) x[j][g] = w[j] != 0.f ? __ldcg(src + quad_dim(g, sub) / 4) : make_float4(0, 0, 0, 0);
+            for (int g = 0; g < NG; ++g) x[j][g] = ptx::ldcg_if(w[j] != 0.f, src + quad_dim(g, sub) / 4);
           }
 #pragma unroll
           for (int j = 0; j < 2; ++j) {

@@ -50,6 +50,21 @@ __device__ __forceinline__ int pool_slot(const PagedAttentionParams& p, const at
   return (__ldg(p.pages + piece.page_offset + (tok >> p.page_shift)) << p.page_shift) + (tok & (p.page_size - 1));
 }
 
+// A suffix kernel's item, loaded beside the plan's item count instead of after it: one memory
+// round trip less before the item's first keys (perf-notes v29). The suffix item array holds
+// whole blocks of every suffix grid (PlanBlockLayout rounds its capacity up to
+// kSuffixItemsAlign), so any index of the grid is inside it; the item is used only when the
+// return is true. The empty volatile asm consumes the loaded fields, so they stay above the
+// caller's check (the compiler would otherwise sink them below it).
+inline constexpr int kSuffixItemsAlign = 32;
+__device__ __forceinline__ bool load_suffix_item(const PagedAttentionParams& p, int index, attn::PlanItem& it) {
+  const int count = *p.item_count;
+  it = p.items[index];
+  asm volatile("" ::"r"(it.kv_head), "r"(it.piece_begin), "r"(it.piece_count), "r"(it.row_begin), "r"(it.row_count),
+               "r"(it.column), "r"(it.group));
+  return index < count;
+}
+
 // Programmatic dependent launch (sm_90; no-ops elsewhere and under a plain launch). The
 // runner launches the suffix kernel as a dependent of the shared launch where the shared items
 // leave half of the SMs idle (pdl_rule; HYDRAGEN_PDL=1/0 forces; docs/perf-notes.md v15, v23):

@@ -393,7 +393,10 @@ struct PlanBlockLayout {
     l.rows = take(c.rows, sizeof(attn::PlanRow));
     l.shared_items = take(c.shared_items, sizeof(attn::PlanItem));
     l.groups = take(c.groups, sizeof(attn::PlanMergeGroup));
-    l.suffix_items = take(c.suffix_items, sizeof(attn::PlanItem));
+    // Whole blocks of the suffix grids: their kernels load an item before checking its index.
+    static_assert(kSuffixItemsAlign % kDecodeItemsPerBlock == 0 && kSuffixItemsAlign % kQuadItemsPerBlock == 0);
+    l.suffix_items = take((c.suffix_items + kSuffixItemsAlign - 1) / kSuffixItemsAlign * kSuffixItemsAlign,
+                          sizeof(attn::PlanItem));
     l.bytes = at;
     return l;
   }
