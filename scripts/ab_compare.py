@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Compares the JSON files of gpu-check's ab stage: for each part (mha, mha2, gqa, t81, q64, qsweep, targets, e2e, e2e8b, docqa) and
+"""Compares the JSON files of gpu-check's ab stage: for each part (mha, mha2, gqa, t81, q64, qsweep, targets, e2e, e2e8b, e2e8b2, docqa) and
 each variant, every point next to the same point of the base variant.
 
     scripts/ab_compare.py DIR [DIR ...] [--base base]
@@ -27,6 +27,7 @@ PARTS = {
     "t81": (("heads", "kv_heads", "batch", "prefix", "suffix", "mode"), "median_ms"),
     "e2e": (("preset", "batch", "prefix", "mode"), "step_ms"),
     "e2e8b": (("preset", "batch", "prefix", "mode"), "step_ms"),
+    "e2e8b2": (("preset", "batch", "prefix", "mode"), "step_ms"),
     "docqa": (("preset", "batch", "mode"), "step_ms"),
 }
 
