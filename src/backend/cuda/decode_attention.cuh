@@ -559,7 +559,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
     for (int i = 0; i < DL; ++i) o[i] = in_line ? acc[0][i] * inv[0] : 0.f;
     const float lane_lse = in_line ? early_lse : lane < grp.columns ? __ldcg(p.states.lse + lane_entry) : -INFINITY;
     merge_row_in_registers<T, D>(p, head_entry, __shfl_sync(0xffffffffu, my_row.state_stride, 0), qi, grp.columns,
-                                 in_line ? it.column : -1, o, in_line ? lse[0] : -INFINITY, lane_lse, lane);
+                                 in_line ? it.column : -1, it.column, o, in_line ? lse[0] : -INFINITY, lane_lse, lane);
   };
   if (one_row_in_line) {
     merge_row0(true);

@@ -13,15 +13,16 @@
 
 namespace hydragen::cuda {
 
-// This lane's D / 32 dims (DL = 4 or 2) of a partial state's o at src if `load`, else zeros:
-// ptx::ldcg_if, so every column's load of a merge is in flight at once.
+// This lane's D / 32 dims (DL = 4 or 2) of a partial state's o at src if `load`, else zeros
+// (ptx::ldcg_or_zero: every column's load of a merge in flight at once). `fallback`: the same
+// dims of an entry no other warp writes during the launch (the calling item's own column).
 template <int DL>
-__device__ __forceinline__ void load_o_if(bool load, const float* src, float (&x)[DL]) {
+__device__ __forceinline__ void load_o_if(bool load, const float* src, const float* fallback, float (&x)[DL]) {
   if constexpr (DL == 4) {
-    const float4 v = ptx::ldcg_if(load, reinterpret_cast<const float4*>(src));
+    const float4 v = ptx::ldcg_or_zero(load, reinterpret_cast<const float4*>(src), reinterpret_cast<const float4*>(fallback));
     x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
   } else {
-    const float2 v = ptx::ldcg_if(load, reinterpret_cast<const float2*>(src));
+    const float2 v = ptx::ldcg_or_zero(load, reinterpret_cast<const float2*>(src), reinterpret_cast<const float2*>(fallback));
     x[0] = v.x, x[1] = v.y;
   }
 }
@@ -29,13 +30,14 @@ __device__ __forceinline__ void load_o_if(bool load, const float* src, float (&x
 // One row's merge over n <= 32 columns (entries head_entry + c * stride), written to output row
 // qi: lane c holds column c's lse (-inf past n and at `own`). own >= 0: that column is the
 // calling warp's state, in registers (own_o: its lane's D / 32 dims, normalised; own_lse),
-// never read from the buffer; own < 0: every column is read. The weights exp(lse - max) and
+// never read from the buffer; own < 0: every column is read. home: the calling item's column
+// (never written by another warp during the launch; a skipped load reads it). The weights exp(lse - max) and
 // their sum come from shuffles; the other columns' o follow, eight in flight per lane, a zero
 // weight's never read (it may be unwritten). The arithmetic is merge_states_chunk's, summed
 // in another order. Every lane calls it.
 template <class T, int D>
 __device__ __forceinline__ void merge_row_in_registers(const PagedAttentionParams& p, std::int64_t head_entry, int stride,
-                                                       std::int64_t qi, int n, int own, const float (&own_o)[D / 32],
+                                                       std::int64_t qi, int n, int own, int home, const float (&own_o)[D / 32],
                                                        float own_lse, float lane_lse, int lane) {
   constexpr int DL = D / 32;
   constexpr int kBatch = 8;
@@ -57,6 +59,7 @@ __device__ __forceinline__ void merge_row_in_registers(const PagedAttentionParam
       for (int i = 0; i < DL; ++i) acc[i] = w_own * own_o[i];
     }
     const float* column0 = p.states.o + head_entry * D + lane * DL;
+    const float* fallback = column0 + std::int64_t{home} * stride * D;
 #pragma unroll 1
     for (int c0 = 0; c0 < n; c0 += kBatch) {
       float w[kBatch], x[kBatch][DL];
@@ -64,7 +67,7 @@ __device__ __forceinline__ void merge_row_in_registers(const PagedAttentionParam
       for (int j = 0; j < kBatch; ++j) {
         w[j] = __shfl_sync(0xffffffffu, w_lane, (c0 + j) & 31);
         if (c0 + j >= n) w[j] = 0.f;
-        load_o_if<DL>(w[j] != 0.f, column0 + std::int64_t{c0 + j} * stride * D, x[j]);
+        load_o_if<DL>(w[j] != 0.f, column0 + std::int64_t{c0 + j} * stride * D, fallback, x[j]);
       }
 #pragma unroll
       for (int j = 0; j < kBatch; ++j)
@@ -101,9 +104,11 @@ __device__ __forceinline__ void merge_rows_in_line(const PagedAttentionParams& p
   float mx[R], w[R][kOther], x[R][kOther][DL];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    const int base = __shfl_sync(0xffffffffu, my_row.state_base, r);
-    const int stride = __shfl_sync(0xffffffffu, my_row.state_stride, r);
-    const std::int64_t head_entry = std::int64_t{base} + it.kv_head * group_size + __shfl_sync(0xffffffffu, my_row.group, r);
+    const int rr = min(r, rows - 1);  // (rows past `rows`: row rr's entries, never used)
+    const int base = __shfl_sync(0xffffffffu, my_row.state_base, rr);
+    const int stride = __shfl_sync(0xffffffffu, my_row.state_stride, rr);
+    const std::int64_t head_entry = std::int64_t{base} + it.kv_head * group_size + __shfl_sync(0xffffffffu, my_row.group, rr);
+    const float* own = p.states.o + (head_entry + std::int64_t{it.column} * stride) * D + lane * DL;  // never written
     mx[r] = own_lse[r];
 #pragma unroll
     for (int j = 0; j < kOther; ++j) {
@@ -116,7 +121,7 @@ __device__ __forceinline__ void merge_rows_in_line(const PagedAttentionParams& p
       w[r][j] = mx[r] == -INFINITY ? 0.f : __expf(w[r][j] - mx[r]);  // 0 at -inf: never loaded
       const int column = j < it.column ? j : j + 1;  // the other columns, own skipped
       const float* src = p.states.o + (head_entry + std::int64_t{column} * stride) * D + lane * DL;
-      load_o_if<DL>(w[r][j] != 0.f, src, x[r][j]);
+      load_o_if<DL>(w[r][j] != 0.f, src, own, x[r][j]);
     }
   }
 #pragma unroll
@@ -219,9 +224,11 @@ __device__ __forceinline__ bool merge_rows_in_warp(const PagedAttentionParams& p
         for (int j = 0; j < kMergeBatch; ++j) {
           const int c = c0 + j;
           ww[u][j] = on[u] && c < n ? w[r[u] * n + c] : 0.f;
-          // (A zero weight's entry may be unwritten: never loaded.)
-          x[u][j] = ptx::ldcg_if(ww[u][j] != 0.f, reinterpret_cast<const float4*>(
-                                                       p.states.o + (s_base[r[u]] + std::int64_t{c} * s_stride[r[u]]) * D + d[u]));
+          // (A zero weight's entry may be unwritten: never loaded; its load reads this warp's
+          // own column instead, written before the ticket.)
+          const float* row_o = p.states.o + s_base[r[u]] * D + d[u];
+          x[u][j] = ptx::ldcg_or_zero(ww[u][j] != 0.f, reinterpret_cast<const float4*>(row_o + std::int64_t{c} * s_stride[r[u]] * D),
+                                      reinterpret_cast<const float4*>(row_o + std::int64_t{it.column} * s_stride[r[u]] * D));
         }
 #pragma unroll
       for (int u = 0; u < 2; ++u)

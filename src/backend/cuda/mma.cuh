@@ -55,27 +55,16 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const std::uint32_t (&a
   }
 }
 
-// A partial state's o at src (L2, .cg) if `load`, else zeros, without a branch: the load is
-// predicated, so a batch of them issues back to back. Written as `if (w != 0) x = __ldcg(src)`
-// each load sat in its own branch, and ptxas copied every result out of one register set
-// before the next load could use it: one L2 round trip per column (perf-notes v29).
-// Volatile with a memory clobber: never moved above the fences that publish the states.
-__device__ __forceinline__ float4 ldcg_if(bool load, const float4* src) {
-  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %4, 0;\n @p ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%5];\n}\n"
-      : "+f"(v.x), "+f"(v.y), "+f"(v.z), "+f"(v.w)
-      : "r"(static_cast<int>(load)), "l"(src)
-      : "memory");
-  return v;
-}
-__device__ __forceinline__ float2 ldcg_if(bool load, const float2* src) {
-  float2 v = make_float2(0.f, 0.f);
-  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n @p ld.global.cg.v2.f32 {%0, %1}, [%3];\n}\n"
-               : "+f"(v.x), "+f"(v.y)
-               : "r"(static_cast<int>(load)), "l"(src)
-               : "memory");
-  return v;
+// *src (L2, .cg) if `load`, else zeros: an unconditional load, of `fallback` when not loading
+// (an address that is always readable and that no other thread writes during the launch),
+// then a select. Written as `if (w != 0) x = __ldcg(src)`, each load of a merge's batch sat in
+// its own branch, and ptxas loaded every one into the same registers and copied the result out
+// before issuing the next: one L2 round trip per column instead of one per batch; a predicated
+// load did the same (perf-notes v29).
+template <class V>
+__device__ __forceinline__ V ldcg_or_zero(bool load, const V* src, const V* fallback) {
+  const V v = __ldcg(load ? src : fallback);
+  return load ? v : V{};
 }
 
 // 2^x on the special-function unit, subnormal results flushed to zero. exp2f compiles to the
