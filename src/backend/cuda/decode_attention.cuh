@@ -62,6 +62,9 @@ struct DecodeShape {
   static constexpr int warp_smem_floats(int max_rows) { return max_rows * D + max_rows * kChunk + stage_floats(max_rows); }
   static constexpr int smem_bytes(int max_rows) { return kWarps * warp_smem_floats(max_rows) * 4; }
   static_assert(D == 64 || D == 128);
+  // The in-line merges stage the other columns' o in the K rows (free after the key loop).
+  static_assert(kInLinePairs * D * 4 <= kChunk * kKRow * static_cast<int>(sizeof(T)), "merge_rows_in_line's stage fits sk");
+  static_assert(8 * D * 4 <= kChunk * kKRow * static_cast<int>(sizeof(T)), "merge_row_in_registers' stage fits sk");
   static_assert(2 * 8 * kPRow * static_cast<int>(sizeof(T)) <= 8 * D * 4, "P's two parts fit the Q slice of an 8-row warp");
 };
 
@@ -483,7 +486,8 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
       for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int i = 0; i < DL; ++i) own_o[r][i] = acc[r][i] * inv[r];
-      merge_rows_in_line<T, D, R>(p, it, rows, grp.columns, my_row, own_o, lse, early_lse, lane);
+      merge_rows_in_line<T, D, R>(p, it, rows, grp.columns, my_row, own_o, lse, early_lse, reinterpret_cast<float*>(sk),
+                                  lane);
       return;
     }
   }
@@ -559,7 +563,8 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
     for (int i = 0; i < DL; ++i) o[i] = in_line ? acc[0][i] * inv[0] : 0.f;
     const float lane_lse = in_line ? early_lse : lane < grp.columns ? __ldcg(p.states.lse + lane_entry) : -INFINITY;
     merge_row_in_registers<T, D>(p, head_entry, __shfl_sync(0xffffffffu, my_row.state_stride, 0), qi, grp.columns,
-                                 in_line ? it.column : -1, it.column, o, in_line ? lse[0] : -INFINITY, lane_lse, lane);
+                                 in_line ? it.column : -1, o, in_line ? lse[0] : -INFINITY, lane_lse,
+                                 reinterpret_cast<float*>(sk), lane);
   };
   if (one_row_in_line) {
     merge_row0(true);

@@ -13,32 +13,35 @@
 
 namespace hydragen::cuda {
 
-// This lane's D / 32 dims (DL = 4 or 2) of a partial state's o at src if `load`, else zeros
-// (ptx::ldcg_or_zero: every column's load of a merge in flight at once). `fallback`: the same
-// dims of an entry no other warp writes during the launch (the calling item's own column).
-template <int DL>
-__device__ __forceinline__ void load_o_if(bool load, const float* src, const float* fallback, float (&x)[DL]) {
-  if constexpr (DL == 4) {
-    const float4 v = ptx::ldcg_or_zero(load, reinterpret_cast<const float4*>(src), reinterpret_cast<const float4*>(fallback));
-    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
-  } else {
-    const float2 v = ptx::ldcg_or_zero(load, reinterpret_cast<const float2*>(src), reinterpret_cast<const float2*>(fallback));
-    x[0] = v.x, x[1] = v.y;
-  }
+// Starts the copy of one partial state's o (D floats at src) into dst (D floats of the warp's
+// shared memory), 16 bytes per lane; zeros where !load (nothing is read: a zero weight's entry
+// may be unwritten; `safe` stands in for src, any readable address). A merge starts every copy
+// it needs, then waits once (stage_wait): all in flight together. Loaded into registers under
+// `if (w != 0)`, or as predicated or unconditional loads, ptxas issued them one after another,
+// each copied out of the same registers before the next (perf-notes v29).
+template <int D>
+__device__ __forceinline__ void stage_state_o(bool load, const float* src, const float* safe, float* dst, int lane) {
+  if (lane < D / 4) ptx::cp_async_16(dst + lane * 4, load ? src + lane * 4 : safe, load);
+}
+// The staged copies have landed and every lane sees every lane's.
+__device__ __forceinline__ void stage_wait() {
+  ptx::cp_async_commit();
+  ptx::cp_async_wait<0>();
+  __syncwarp();
 }
 
 // One row's merge over n <= 32 columns (entries head_entry + c * stride), written to output row
 // qi: lane c holds column c's lse (-inf past n and at `own`). own >= 0: that column is the
 // calling warp's state, in registers (own_o: its lane's D / 32 dims, normalised; own_lse),
-// never read from the buffer; own < 0: every column is read. home: the calling item's column
-// (never written by another warp during the launch; a skipped load reads it). The weights exp(lse - max) and
-// their sum come from shuffles; the other columns' o follow, eight in flight per lane, a zero
-// weight's never read (it may be unwritten). The arithmetic is merge_states_chunk's, summed
-// in another order. Every lane calls it.
+// never read from the buffer; own < 0: every column is read. The weights exp(lse - max) and
+// their sum come from shuffles; the other columns' o follow, eight at a time through `stage`
+// (8 * D floats of the warp's shared memory, stage_state_o), a zero weight's never read (it
+// may be unwritten). The arithmetic is merge_states_chunk's, summed in another order. Every
+// lane calls it.
 template <class T, int D>
 __device__ __forceinline__ void merge_row_in_registers(const PagedAttentionParams& p, std::int64_t head_entry, int stride,
-                                                       std::int64_t qi, int n, int own, int home, const float (&own_o)[D / 32],
-                                                       float own_lse, float lane_lse, int lane) {
+                                                       std::int64_t qi, int n, int own, const float (&own_o)[D / 32],
+                                                       float own_lse, float lane_lse, float* stage, int lane) {
   constexpr int DL = D / 32;
   constexpr int kBatch = 8;
   const float own_l = own >= 0 ? own_lse : -INFINITY;
@@ -58,21 +61,22 @@ __device__ __forceinline__ void merge_row_in_registers(const PagedAttentionParam
 #pragma unroll
       for (int i = 0; i < DL; ++i) acc[i] = w_own * own_o[i];
     }
-    const float* column0 = p.states.o + head_entry * D + lane * DL;
-    const float* fallback = column0 + std::int64_t{home} * stride * D;
+    const float* column0 = p.states.o + head_entry * D;
 #pragma unroll 1
     for (int c0 = 0; c0 < n; c0 += kBatch) {
-      float w[kBatch], x[kBatch][DL];
+      float w[kBatch];
 #pragma unroll
       for (int j = 0; j < kBatch; ++j) {
         w[j] = __shfl_sync(0xffffffffu, w_lane, (c0 + j) & 31);
         if (c0 + j >= n) w[j] = 0.f;
-        load_o_if<DL>(w[j] != 0.f, column0 + std::int64_t{c0 + j} * stride * D, fallback, x[j]);
+        stage_state_o<D>(w[j] != 0.f, column0 + std::int64_t{c0 + j} * stride * D, p.states.o, stage + j * D, lane);
       }
+      stage_wait();
 #pragma unroll
       for (int j = 0; j < kBatch; ++j)
 #pragma unroll
-        for (int i = 0; i < DL; ++i) acc[i] += w[j] * x[j][i];
+        for (int i = 0; i < DL; ++i) acc[i] += w[j] * stage[j * D + lane * DL + i];
+      __syncwarp();  // (the next batch rewrites the stage)
     }
     const float rs = 1.f / sum;
 #pragma unroll
@@ -89,26 +93,25 @@ __device__ __forceinline__ void merge_row_in_registers(const PagedAttentionParam
 // rows * (n - 1) <= kInLinePairs (v26): its own state stays in registers (own_o[r]: this lane's
 // D / 32 dims of row r, normalised; own_lse[r]) and is never written; lane r * (n - 1) + j holds
 // the lse of row r's j-th other column (lane_lse, fetched under the item's keys); every other
-// column's o is loaded at once (a zero weight's never: it may be unwritten), then each row
-// merges as merge_states_chunk does (weights exp(lse - max), their sum, the weighted o) and
-// writes its output. One round trip after the keys where the ticket path took four.
+// column's o is copied at once into `stage` (kInLinePairs * D floats of the warp's shared
+// memory, stage_state_o; a zero weight's never read: it may be unwritten), then each row merges
+// as merge_states_chunk does (weights exp(lse - max), their sum, the weighted o) and writes its
+// output. One round trip after the keys where the ticket path took four.
 template <class T, int D, int R>
 __device__ __forceinline__ void merge_rows_in_line(const PagedAttentionParams& p, const attn::PlanItem& it, int rows,
                                                    int n, const attn::PlanRow& my_row, const float (&own_o)[R][D / 32],
-                                                   const float (&own_lse)[R], float lane_lse, int lane) {
+                                                   const float (&own_lse)[R], float lane_lse, float* stage, int lane) {
   constexpr int DL = D / 32;
   constexpr int kOther = kInLinePairs / R;  // other columns per row held at once
   static_assert(R >= 4 && kOther >= 1);
   const int group_size = p.q_heads / p.kv_heads;
   const int others = n - 1;
-  float mx[R], w[R][kOther], x[R][kOther][DL];
+  float mx[R], w[R][kOther];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    const int rr = min(r, rows - 1);  // (rows past `rows`: row rr's entries, never used)
-    const int base = __shfl_sync(0xffffffffu, my_row.state_base, rr);
-    const int stride = __shfl_sync(0xffffffffu, my_row.state_stride, rr);
-    const std::int64_t head_entry = std::int64_t{base} + it.kv_head * group_size + __shfl_sync(0xffffffffu, my_row.group, rr);
-    const float* own = p.states.o + (head_entry + std::int64_t{it.column} * stride) * D + lane * DL;  // never written
+    const int base = __shfl_sync(0xffffffffu, my_row.state_base, r);
+    const int stride = __shfl_sync(0xffffffffu, my_row.state_stride, r);
+    const std::int64_t head_entry = std::int64_t{base} + it.kv_head * group_size + __shfl_sync(0xffffffffu, my_row.group, r);
     mx[r] = own_lse[r];
 #pragma unroll
     for (int j = 0; j < kOther; ++j) {
@@ -120,10 +123,11 @@ __device__ __forceinline__ void merge_rows_in_line(const PagedAttentionParams& p
     for (int j = 0; j < kOther; ++j) {
       w[r][j] = mx[r] == -INFINITY ? 0.f : __expf(w[r][j] - mx[r]);  // 0 at -inf: never loaded
       const int column = j < it.column ? j : j + 1;  // the other columns, own skipped
-      const float* src = p.states.o + (head_entry + std::int64_t{column} * stride) * D + lane * DL;
-      load_o_if<DL>(w[r][j] != 0.f, src, own, x[r][j]);
+      stage_state_o<D>(w[r][j] != 0.f, p.states.o + (head_entry + std::int64_t{column} * stride) * D, p.states.o,
+                       stage + (r * kOther + j) * D, lane);
     }
   }
+  stage_wait();
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     if (r >= rows) break;
@@ -135,7 +139,7 @@ __device__ __forceinline__ void merge_rows_in_line(const PagedAttentionParams& p
     for (int j = 0; j < kOther; ++j) {
       sum += w[r][j];
 #pragma unroll
-      for (int i = 0; i < DL; ++i) acc[i] += w[r][j] * x[r][j][i];
+      for (int i = 0; i < DL; ++i) acc[i] += w[r][j] * stage[(r * kOther + j) * D + lane * DL + i];
     }
     const float rs = sum > 0.f ? 1.f / sum : 0.f;
     const int token = __shfl_sync(0xffffffffu, my_row.token, r);
@@ -224,11 +228,9 @@ __device__ __forceinline__ bool merge_rows_in_warp(const PagedAttentionParams& p
         for (int j = 0; j < kMergeBatch; ++j) {
           const int c = c0 + j;
           ww[u][j] = on[u] && c < n ? w[r[u] * n + c] : 0.f;
-          // (A zero weight's entry may be unwritten: never loaded; its load reads this warp's
-          // own column instead, written before the ticket.)
-          const float* row_o = p.states.o + s_base[r[u]] * D + d[u];
-          x[u][j] = ptx::ldcg_or_zero(ww[u][j] != 0.f, reinterpret_cast<const float4*>(row_o + std::int64_t{c} * s_stride[r[u]] * D),
-                                      reinterpret_cast<const float4*>(row_o + std::int64_t{it.column} * s_stride[r[u]] * D));
+          x[u][j] = make_float4(0.f, 0.f, 0.f, 0.f);
+          if (ww[u][j] != 0.f)  // a zero weight's entry may be unwritten: never loaded
+            x[u][j] = __ldcg(reinterpret_cast<const float4*>(p.states.o + (s_base[r[u]] + std::int64_t{c} * s_stride[r[u]]) * D + d[u]));
         }
 #pragma unroll
       for (int u = 0; u < 2; ++u)

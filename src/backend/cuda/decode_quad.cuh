@@ -77,8 +77,8 @@ __global__ void __launch_bounds__(QuadShape<T, D, KB>::kThreads, QuadShape<T, D,
   const int lane = threadIdx.x % 32, sub = lane % 4;
   const unsigned mask = 0xFu << (lane & ~3);  // this quad's lanes
   const int item_index = blockIdx.x * Shape::kItemsPerBlock + threadIdx.x / 4;
-  attn::PlanItem it;
-  if (!load_suffix_item(p, item_index, it)) return;  // whole quads leave together
+  if (item_index >= *p.item_count) return;  // whole quads leave together
+  const attn::PlanItem it = p.items[item_index];
   const attn::PlanRow row = p.rows[it.row_begin];  // one row (the runner's choice)
   const attn::PlanMergeGroup grp = p.groups[it.group];
   const int group_size = p.q_heads / p.kv_heads;
@@ -121,10 +121,10 @@ __global__ void __launch_bounds__(QuadShape<T, D, KB>::kThreads, QuadShape<T, D,
       uint2 kr[KB][NG], vr[KB][NG];
 #pragma unroll
       for (int j = 0; j < KB; ++j) {
-        // Past the piece: its last key again, masked below (its p = 0 skips its V); no branch
-        // around the loads, which can make ptxas issue them one after another (perf-notes v29).
-        // (KB = 1: k0 < tokens; the min made that build spill.)
-        const int tok = piece.token_begin + (KB == 1 ? k0 : min(k0 + j, piece.tokens - 1));
+#pragma unroll
+        for (int g = 0; g < NG; ++g) kr[j][g] = vr[j][g] = make_uint2(0, 0);
+        if (k0 + j >= piece.tokens) continue;  // past the piece: zeros, masked below
+        const int tok = piece.token_begin + k0 + j;
         const std::int64_t off = (std::int64_t{pool_slot(p, piece, tok)} * p.kv_heads + it.kv_head) * D;
         const uint2* ks = reinterpret_cast<const uint2*>(kp + off);
         const uint2* vs = reinterpret_cast<const uint2*>(vp + off);
@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(QuadShape<T, D, KB>::kThreads, QuadShape<T, D,
       // Own state first (in place), then the others in column order, two columns' o in
       // flight at a time: their weights are known before any o is loaded, so the loads do not
       // wait for an lse round trip each (v20-merge, docs/perf-notes.md). A zero weight (an
-      // empty or negligible state, whose o may be unwritten) adds nothing.
+      // empty or negligible state, whose o may be unwritten) loads nothing.
       const float4* column_o = reinterpret_cast<const float4*>(p.states.o + first * D);  // column 0's o
       const std::int64_t column_step = std::int64_t{row.state_stride} * (D / 4);          // float4s per column
       const float w_own = __expf(own_lse - mxl);
@@ -219,13 +219,9 @@ __global__ void __launch_bounds__(QuadShape<T, D, KB>::kThreads, QuadShape<T, D,
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
             w[j] = __shfl_sync(mask, w_lane, (lane & ~3) + k + j);
-            // A zero weight's column may be unwritten: its loads read this item's own column
-            // instead (never written), and the sum below skips them. Unconditional loads: a
-            // branch around each made ptxas issue them one after another (perf-notes v29).
-            const int column = w[j] != 0.f ? c0 + k + j : it.column;
-            const float4* src = column_o + std::int64_t{column} * column_step;
+            const float4* src = column_o + std::int64_t{c0 + k + j} * column_step;
 #pragma unroll
-            for (int g = 0; g < NG; ++g) x[j][g] = __ldcg(src + quad_dim(g, sub) / 4);
+            for (int g = 0; g < NG; ++g) x[j][g] = w[j] != 0.f ? __ldcg(src + quad_dim(g, sub) / 4) : make_float4(0, 0, 0, 0);
           }
 #pragma unroll
           for (int j = 0; j < 2; ++j) {

@@ -55,18 +55,6 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const std::uint32_t (&a
   }
 }
 
-// *src (L2, .cg) if `load`, else zeros: an unconditional load, of `fallback` when not loading
-// (an address that is always readable and that no other thread writes during the launch),
-// then a select. Written as `if (w != 0) x = __ldcg(src)`, each load of a merge's batch sat in
-// its own branch, and ptxas loaded every one into the same registers and copied the result out
-// before issuing the next: one L2 round trip per column instead of one per batch; a predicated
-// load did the same (perf-notes v29).
-template <class V>
-__device__ __forceinline__ V ldcg_or_zero(bool load, const V* src, const V* fallback) {
-  const V v = __ldcg(load ? src : fallback);
-  return load ? v : V{};
-}
-
 // 2^x on the special-function unit, subnormal results flushed to zero. exp2f compiles to the
 // same MUFU.EX2 plus a compare and two multiplies per element that only matter below 2^-126
 // (a weight that small adds nothing to a row sum of at least 1); in the shared kernel's loop
