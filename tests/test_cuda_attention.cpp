@@ -862,7 +862,7 @@ TEST(CudaDispatch, SuffixKernelIsTheDecodeKernelUnlessForced) {
 }
 
 // The one pass upload's three choices read (SuffixItemSummary), on plans whose counts are
-// known, and the narrow-build choice with its overrides. No GPU needed.
+// known, and the decode build choices (narrow, four-row) with their overrides. No GPU needed.
 TEST(CudaDispatch, SuffixItemSummaryAndTheNarrowBuild) {
 #ifdef HYDRAGEN_WITH_CUDA
   // 40/40 B=64 under a stacked 2K prefix, 64-key suffixes: one-row items, one piece each.
@@ -873,15 +873,28 @@ TEST(CudaDispatch, SuffixItemSummaryAndTheNarrowBuild) {
   EXPECT_EQ(a.keys, 64 * 40 * 64);
   EXPECT_EQ(a.groups, 64 * 40);
   EXPECT_EQ(a.max_rows, 1);
+  EXPECT_EQ(a.min_rows, 1);
   EXPECT_TRUE(a.one_row && a.lone_rows);
   EXPECT_TRUE(cuda::decode_runs_narrow(a));
+  EXPECT_EQ(cuda::decode_build_rows(a), 1);
   // 32/8 B=64 under a stacked 1K prefix, one-key suffixes, full tiles: 4-row items.
   const cuda::SuffixItemSummary b = cuda::SuffixItemSummary::of(one_segment_plan(64, 8, 32, 1024, 1, AttentionMode::hydragen));
   EXPECT_EQ(b.items, 64 * 8);
   EXPECT_EQ(b.keys, 64 * 8);
   EXPECT_EQ(b.max_rows, 4);
+  EXPECT_EQ(b.min_rows, 4);
   EXPECT_FALSE(b.one_row || b.lone_rows);
   EXPECT_FALSE(cuda::decode_runs_narrow(b));
+  EXPECT_EQ(cuda::decode_build_rows(b), 4);  // every item 3-4 rows: the four-row build
+  {
+    const ScopedEnv general("HYDRAGEN_DECODE_FOUR", "0");
+    EXPECT_EQ(cuda::decode_build_rows(b), 8);
+  }
+  // 32/4 (GQA 8): 8-row items, the general build.
+  const cuda::SuffixItemSummary g8 = cuda::SuffixItemSummary::of(one_segment_plan(64, 4, 32, 1024, 1, AttentionMode::hydragen));
+  EXPECT_EQ(g8.min_rows, 8);
+  EXPECT_EQ(cuda::decode_build_rows(g8), 8);
+  EXPECT_EQ(cuda::decode_build_rows(cuda::SuffixItemSummary{}), 1);  // no items: one row each, vacuously
   // A split suffix: one-row items, not alone in their merge groups.
   const cuda::SuffixItemSummary c = cuda::SuffixItemSummary::of(one_segment_plan(1, 40, 40, 32768, 1, AttentionMode::paged));
   EXPECT_TRUE(c.one_row);

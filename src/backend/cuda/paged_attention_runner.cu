@@ -81,14 +81,14 @@ int prepare() {
 template <class T, int D, int MinBlocks, int MaxRows>
 void launch_decode(const PagedAttentionParams& p, int grid, cudaStream_t stream, bool after_shared) {
   using Shape = DecodeShape<T, D>;
-  launch_kernel(decode_attention_kernel<T, D, MinBlocks, MaxRows>, grid, Shape::kThreads, Shape::smem_bytes(MaxRows),
-                stream, after_shared, p);
+  launch_kernel(decode_attention_kernel<T, D, MinBlocks, MaxRows>, grid, Shape::kThreads,
+                Shape::smem_bytes(Shape::layout_rows(MaxRows)), stream, after_shared, p);
 }
 template <class T, int D, int MinBlocks, int MaxRows>
 int prepare_decode() {
   using Shape = DecodeShape<T, D>;
   auto kernel = decode_attention_kernel<T, D, MinBlocks, MaxRows>;
-  constexpr int bytes = Shape::smem_bytes(MaxRows);
+  constexpr int bytes = Shape::smem_bytes(Shape::layout_rows(MaxRows));
   HG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   int blocks = 0;
   HG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, Shape::kThreads, bytes));
@@ -126,6 +126,7 @@ SuffixItemSummary SuffixItemSummary::of(const attn::AttentionPlan& plan) {
     s.pieces += it.piece_count;
     for (int i = 0; i < it.piece_count; ++i) s.keys += plan.pieces[static_cast<std::size_t>(it.piece_begin + i)].tokens;
     s.max_rows = std::max(s.max_rows, it.row_count);
+    s.min_rows = s.min_rows == 0 ? it.row_count : std::min(s.min_rows, it.row_count);
     s.one_row &= it.row_count == 1;
     s.lone_rows &= it.row_count == 1 && plan.groups[static_cast<std::size_t>(it.group)].items == 1;
   }
@@ -144,6 +145,13 @@ bool decode_runs_narrow(const SuffixItemSummary& suffix) {
                              std::getenv("HYDRAGEN_DECODE_WIDE") == nullptr));
 }
 
+int decode_build_rows(const SuffixItemSummary& suffix) {
+  if (decode_runs_narrow(suffix)) return 1;
+  const char* env = std::getenv("HYDRAGEN_DECODE_FOUR");
+  const bool four_allowed = env == nullptr || std::string(env) != "0";
+  return four_allowed && suffix.items > 0 && suffix.min_rows >= 3 && suffix.max_rows <= 4 ? 4 : 8;
+}
+
 namespace {
 
 struct KernelPair {
@@ -153,6 +161,7 @@ struct KernelPair {
   SuffixLaunchFn decode = nullptr;  // the suffix launch when set
   int decode_blocks_per_sm = 0;
   SuffixLaunchFn decode_narrow = nullptr;  // the decode kernel for one-row items only (3 blocks per SM)
+  SuffixLaunchFn decode_four = nullptr;    // ... for items of 3-4 rows only (the R = 4 path alone)
   // decode_quad.cuh (four lanes per item) for plans whose suffix items are lone one-row items
   // with few keys (quad_decode_keys): four keys in flight, or one.
   SuffixLaunchFn decode_quad4 = nullptr, decode_quad1 = nullptr;
@@ -235,6 +244,9 @@ KernelPair kernels_for(int shared_tile_rows) {
   k.decode = launch_decode<T, D, 2, 8>, k.decode_blocks_per_sm = prepare_decode<T, D, 2, 8>();
   k.decode_narrow = launch_decode<T, D, 3, 1>;
   prepare_decode<T, D, 3, 1>();
+  k.decode_four = launch_decode<T, D, 2, 4>;
+  const int four_blocks_per_sm = prepare_decode<T, D, 2, 4>();  // (the suffix slots are counted from the general build's)
+  HG_CHECK(four_blocks_per_sm == k.decode_blocks_per_sm, "paged attention: the decode kernel's builds differ in occupancy");
   k.decode_quad4 = launch_decode_quad<T, D, 4>;
   k.decode_quad1 = launch_decode_quad<T, D, 1>;
   return k;
@@ -412,7 +424,7 @@ struct PagedAttentionRunner::Impl {
   struct Choices {
     bool shared_ws = false;      // AttentionPlan::shared_full_tiles
     bool suffix_decode = true;   // suffix_runs_decode_kernel
-    bool decode_narrow = false;  // every suffix item has one row
+    int decode_rows = 8;         // decode_build_rows: 1 narrow, 4 four-row, 8 general build
     int decode_quad = 0;         // quad_decode_keys
     bool after_shared = false;   // pdl_rule: the suffix launch is the shared launch's dependent
   } choices;
@@ -529,7 +541,7 @@ void PagedAttentionRunner::prepare(const attn::AttentionPlan& plan) {
   Impl::Choices& c = buffer.choices;
   c.suffix_decode = suffix_runs_decode_kernel();
   c.shared_ws = m.kernels.shared_ws != nullptr && (m.kernels.shared_ws_always || plan.shared_full_tiles);
-  c.decode_narrow = decode_runs_narrow(suffix);
+  c.decode_rows = decode_build_rows(suffix);
   c.decode_quad = c.suffix_decode ? quad_decode_keys(suffix) : 0;
   const int blocks_per_sm = c.shared_ws ? m.kernels.shared_ws_blocks_per_sm : m.kernels.shared_blocks_per_sm;
   c.after_shared = m.pdl_capable &&
@@ -583,8 +595,8 @@ void PagedAttentionRunner::upload(const attn::AttentionPlan& plan, void* stream)
 
 int PagedAttentionRunner::launch_variant() const {
   const Impl::Choices& c = impl_->choices;
-  return (c.suffix_decode ? 1 : 0) | (c.decode_narrow ? 2 : 0) | (c.shared_ws ? 4 : 0) | (c.decode_quad != 0 ? 8 : 0) |
-         (c.decode_quad == 1 ? 16 : 0) | (c.after_shared ? 32 : 0);
+  return (c.suffix_decode ? 1 : 0) | (c.decode_rows == 1 ? 2 : 0) | (c.shared_ws ? 4 : 0) | (c.decode_quad != 0 ? 8 : 0) |
+         (c.decode_quad == 1 ? 16 : 0) | (c.after_shared ? 32 : 0) | (c.decode_rows == 4 ? 64 : 0);
 }
 
 void PagedAttentionRunner::poison_states() {
@@ -623,7 +635,9 @@ void PagedAttentionRunner::run(const PagedAttentionArgs& args, void* stream, boo
   if (m.choices.decode_quad != 0)
     (m.choices.decode_quad == 1 ? m.kernels.decode_quad1 : m.kernels.decode_quad4)(p, m.decode_quad_grid, st, pdl);
   else if (m.choices.suffix_decode)
-    (m.choices.decode_narrow ? m.kernels.decode_narrow : m.kernels.decode)(p, m.decode_grid, st, pdl);
+    (m.choices.decode_rows == 1   ? m.kernels.decode_narrow
+     : m.choices.decode_rows == 4 ? m.kernels.decode_four
+                                  : m.kernels.decode)(p, m.decode_grid, st, pdl);
   else m.kernels.suffix(p, m.suffix_grid, st, pdl);
   HG_CUDA_CHECK(cudaGetLastError());
 }

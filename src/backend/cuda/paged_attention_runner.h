@@ -65,7 +65,7 @@ attn::PlanOptions plan_options_for_device(DType dtype, int head_dim, AttentionMo
 // critical path: a 13B batch of 1024 has ~41K items). Host only.
 struct SuffixItemSummary {
   std::int64_t items = 0, pieces = 0, keys = 0, groups = 0;
-  int max_rows = 0;
+  int max_rows = 0, min_rows = 0;  // (0 without items)
   bool one_row = true;    // every item has one row
   bool lone_rows = true;  // ... and is its merge group's only item
   static SuffixItemSummary of(const attn::AttentionPlan& plan);
@@ -79,6 +79,11 @@ bool suffix_runs_decode_kernel();
 // HYDRAGEN_DECODE_NARROW / HYDRAGEN_DECODE_WIDE force one (the narrow one only where every
 // item has one row). Host only.
 bool decode_runs_narrow(const SuffixItemSummary& suffix);
+
+// The decode kernel build that serves the suffix launch: 1 (narrow, decode_runs_narrow), 4
+// (every item has 3-4 rows: the build with the R = 4 path alone, perf-notes v30; not under
+// HYDRAGEN_DECODE_FOUR=0) or 8 (the general build). Host only.
+int decode_build_rows(const SuffixItemSummary& suffix);
 
 // Whether every suffix item of `plan` has one row and is its merge group's only item: the
 // plans decode_quad.cuh's kernel can serve. Host only.
@@ -139,7 +144,8 @@ class PagedAttentionRunner {
   // Which kernels run() launches for the last uploaded plan (the suffix kernel and its width
   // are chosen per plan): a CUDA graph captured under one variant replays that variant.
   // Bits: 1 decode kernel (else mma), 2 its narrow build, 4 the TMA shared kernel, 8 a quad
-  // decode build, 16 its one-key build, 32 the suffix launch a dependent of the shared one (PDL).
+  // decode build, 16 its one-key build, 32 the suffix launch a dependent of the shared one (PDL),
+  // 64 the decode kernel's four-row build.
   int launch_variant() const;
   // Fills the partial-state buffers with NaN (tests: every read entry must be written).
   void poison_states();
