@@ -50,9 +50,9 @@ __device__ __forceinline__ int pool_slot(const PagedAttentionParams& p, const at
   return (__ldg(p.pages + piece.page_offset + (tok >> p.page_shift)) << p.page_shift) + (tok & (p.page_size - 1));
 }
 
-// A suffix kernel's item, loaded beside the plan's item count instead of after it: one memory
-// round trip less before the item's first keys (perf-notes v29). The suffix item array holds
-// whole blocks of every suffix grid (PlanBlockLayout rounds its capacity up to
+// The decode kernel's item, loaded beside the plan's item count instead of after it: one
+// memory round trip less before the item's first keys (perf-notes v29). The suffix item array
+// holds whole blocks of every suffix grid (PlanBlockLayout rounds its capacity up to
 // kSuffixItemsAlign), so any index of the grid is inside it; the item is used only when the
 // return is true. The empty volatile asm consumes the loaded fields, so they stay above the
 // caller's check (the compiler would otherwise sink them below it).

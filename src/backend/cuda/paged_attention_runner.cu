@@ -408,7 +408,8 @@ struct PlanBlockLayout {
     l.rows = take(c.rows, sizeof(attn::PlanRow));
     l.shared_items = take(c.shared_items, sizeof(attn::PlanItem));
     l.groups = take(c.groups, sizeof(attn::PlanMergeGroup));
-    // Whole blocks of the suffix grids: their kernels load an item before checking its index.
+    // Whole blocks of the suffix grids: the decode kernel loads an item before checking its
+    // index against the count (load_suffix_item).
     static_assert(kSuffixItemsAlign % kDecodeItemsPerBlock == 0 && kSuffixItemsAlign % kQuadItemsPerBlock == 0);
     l.suffix_items = take((c.suffix_items + kSuffixItemsAlign - 1) / kSuffixItemsAlign * kSuffixItemsAlign,
                           sizeof(attn::PlanItem));
