@@ -286,6 +286,23 @@ TEST(CudaAttention, SharedKernelsRescaleLazilyAndExactly) {
 #endif
 }
 
+TEST(CudaDispatch, PdlFromTheEnvironmentIsChecked) {
+#ifdef HYDRAGEN_WITH_CUDA
+  EXPECT_EQ(cuda::parse_pdl_force(nullptr), -1);
+  EXPECT_EQ(cuda::parse_pdl_force(""), -1);  // set but empty: as unset
+  EXPECT_EQ(cuda::parse_pdl_force("0"), 0);
+  EXPECT_EQ(cuda::parse_pdl_force("1"), 1);
+  for (const char* bad : {"2", "on", "1 ", "-1"}) {
+    try {
+      cuda::parse_pdl_force(bad);
+      ADD_FAILURE() << "accepted HYDRAGEN_PDL=" << bad;
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("HYDRAGEN_PDL"), std::string::npos) << e.what();
+    }
+  }
+#endif
+}
+
 TEST(CudaDispatch, RescaleLagFromTheEnvironmentIsChecked) {
 #ifdef HYDRAGEN_WITH_CUDA
   EXPECT_EQ(cuda::parse_rescale_lag("0"), 0.f);

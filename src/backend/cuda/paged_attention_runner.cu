@@ -326,6 +326,13 @@ bool pdl_rule(std::int64_t shared_items, int blocks_per_sm, int sms) {
 
 // HYDRAGEN_RESCALE_LAG: a plain number in [0, kMaxRescaleLag] (the whole text), else an error
 // naming the variable.
+int parse_pdl_force(const char* env) {
+  if (env == nullptr || *env == '\0') return -1;
+  const std::string v = env;
+  HG_CHECK(v == "0" || v == "1", "HYDRAGEN_PDL=", v, ": expected 0 or 1 (or unset)");
+  return v == "1" ? 1 : 0;
+}
+
 float parse_rescale_lag(const std::string& text) {
   char* end = nullptr;
   const float lag = std::strtof(text.c_str(), &end);
@@ -502,11 +509,7 @@ PagedAttentionRunner::PagedAttentionRunner(DType dtype, int head_dim, int q_head
     HG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     m.pdl_capable = major >= 9;
     m.sms = sms;
-    if (const char* env = std::getenv("HYDRAGEN_PDL")) {
-      const std::string v = env;
-      HG_CHECK(v == "0" || v == "1", "HYDRAGEN_PDL=", v, ": expected 0 or 1");
-      m.pdl_force = v == "1" ? 1 : 0;
-    }
+    m.pdl_force = parse_pdl_force(std::getenv("HYDRAGEN_PDL"));
   }
   if (const char* env = std::getenv("HYDRAGEN_RESCALE_LAG")) m.rescale_lag = parse_rescale_lag(env);
   HG_CUDA_CHECK(cudaMemset(m.arrivals, 0, std::max<std::int64_t>(capacity.groups, 1) * sizeof(std::int32_t)));

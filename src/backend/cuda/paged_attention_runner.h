@@ -102,6 +102,10 @@ int quad_decode_keys(const attn::AttentionPlan& plan);
 // shared launch's `shared_items` (at `blocks_per_sm` per SM) keep at most half of the `sms`
 // SMs busy. HYDRAGEN_PDL=1 / 0 forces it on / off. Host only.
 bool pdl_rule(std::int64_t shared_items, int blocks_per_sm, int sms);
+// HYDRAGEN_PDL's value (nullptr when unset): 1 forces the programmatic dependent launches on, 0
+// off, unset or empty leaves them to pdl_rule (-1); anything else is an error naming the
+// variable. Host only.
+int parse_pdl_force(const char* env);
 // The decode kernel's in-line merge of a lone item of 3-8 rows (decode_merge.cuh,
 // merge_rows_in_line): at most this many (row, other column) pairs for the kernel's R rows
 // (4 for items of 3-4 rows, 8 for 5-8), whose lse the lanes hold and whose o loads are in
