@@ -18,6 +18,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdlib>
+#include <initializer_list>
 #include <optional>
 
 #include "backend/cuda/cuda_attention.h"
@@ -286,20 +287,28 @@ TEST(CudaAttention, SharedKernelsRescaleLazilyAndExactly) {
 #endif
 }
 
+#ifdef HYDRAGEN_WITH_CUDA
+// Each value of `bad` is refused by `parse` with an error that names `variable`.
+template <class Parse>
+void expect_refused(Parse parse, std::initializer_list<const char*> bad, const std::string& variable) {
+  for (const char* value : bad) {
+    try {
+      parse(value);
+      ADD_FAILURE() << "accepted " << variable << "=" << value;
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find(variable), std::string::npos) << e.what();
+    }
+  }
+}
+#endif
+
 TEST(CudaDispatch, PdlFromTheEnvironmentIsChecked) {
 #ifdef HYDRAGEN_WITH_CUDA
   EXPECT_EQ(cuda::parse_pdl_force(nullptr), -1);
   EXPECT_EQ(cuda::parse_pdl_force(""), -1);  // set but empty: as unset
   EXPECT_EQ(cuda::parse_pdl_force("0"), 0);
   EXPECT_EQ(cuda::parse_pdl_force("1"), 1);
-  for (const char* bad : {"2", "on", "1 ", "-1"}) {
-    try {
-      cuda::parse_pdl_force(bad);
-      ADD_FAILURE() << "accepted HYDRAGEN_PDL=" << bad;
-    } catch (const std::exception& e) {
-      EXPECT_NE(std::string(e.what()).find("HYDRAGEN_PDL"), std::string::npos) << e.what();
-    }
-  }
+  expect_refused([](const char* v) { cuda::parse_pdl_force(v); }, {"2", "on", "1 ", "-1"}, "HYDRAGEN_PDL");
 #endif
 }
 
@@ -309,14 +318,8 @@ TEST(CudaDispatch, RescaleLagFromTheEnvironmentIsChecked) {
   EXPECT_EQ(cuda::parse_rescale_lag("8"), 8.f);
   EXPECT_EQ(cuda::parse_rescale_lag("2.5"), 2.5f);
   EXPECT_EQ(cuda::parse_rescale_lag(std::to_string(cuda::kMaxRescaleLag)), cuda::kMaxRescaleLag);
-  for (const char* bad : {"", "-1", "13", "eight", "8x", "nan"}) {
-    try {
-      cuda::parse_rescale_lag(bad);
-      ADD_FAILURE() << "accepted HYDRAGEN_RESCALE_LAG=" << bad;
-    } catch (const std::exception& e) {
-      EXPECT_NE(std::string(e.what()).find("HYDRAGEN_RESCALE_LAG"), std::string::npos) << e.what();
-    }
-  }
+  expect_refused([](const char* v) { cuda::parse_rescale_lag(v); }, {"", "-1", "13", "eight", "8x", "nan"},
+                 "HYDRAGEN_RESCALE_LAG");
 #endif
 }
 
