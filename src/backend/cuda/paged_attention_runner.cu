@@ -149,7 +149,7 @@ int decode_build_rows(const SuffixItemSummary& suffix) {
   if (decode_runs_narrow(suffix)) return 1;
   const char* env = std::getenv("HYDRAGEN_DECODE_FOUR");
   const bool four_allowed = env == nullptr || std::string(env) != "0";
-  return four_allowed && suffix.items > 0 && suffix.min_rows >= 3 && suffix.max_rows <= 4 ? 4 : 8;
+  return four_allowed && suffix.min_rows >= 3 && suffix.max_rows <= 4 ? 4 : 8;  // (min_rows is 0 without items)
 }
 
 namespace {
