@@ -573,27 +573,28 @@ TEST(CudaAttention, QuadDecodeKernelMatchesReference) {
 #endif
 }
 
-// The decode kernel's two builds on the same plans, forced (HYDRAGEN_DECODE_NARROW /
-// HYDRAGEN_DECODE_WIDE): the narrow one (one-row items only, 20 warps per SM) and the wide
-// one, against the float64 reference. One- and two-row items (MHA, T <= 2) whose suffixes end
-// on and around chunk (32 keys) and piece (64 keys) boundaries, empty ones, split (the ticket
-// merge) and unsplit, under stacked and unstacked prefixes; page sizes 16 and 64, d 64 and
-// 128; plans with 2-row (T = 2) or 4- and 8-row (GQA) items, where forcing narrow must fall
-// back to the wide kernel (whose items of 3-8 rows run on the tensor cores); the last two
-// trials have 4096 items, the last of them 8-row GQA items.
+// The decode kernel's builds on the same plans, forced (HYDRAGEN_DECODE_NARROW /
+// HYDRAGEN_DECODE_WIDE / HYDRAGEN_DECODE_GENERAL): the narrow one (one-row items only), the
+// one-path builds a wide plan gets by its rows (four-row: items of 3-4 rows, eight-row: 5-8)
+// and the general one, against the float64 reference. One- and two-row items (MHA, T <= 2)
+// whose suffixes end on and around chunk (32 keys) and piece (64 keys) boundaries, empty ones,
+// split (the ticket merge) and unsplit, under stacked and unstacked prefixes; page sizes 16 and
+// 64, d 64 and 128; plans with 2-row (T = 2), 3-, 4-, 6- and 8-row (GQA) items, where forcing
+// narrow must fall back to a wider build (whose items of 3-8 rows run on the tensor cores); the
+// last two trials have 4096 items, the last of them 8-row GQA items.
 TEST(CudaAttention, NarrowAndWideDecodeKernelsMatchReference) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA
   Rng rng;
   SCOPED_TRACE(rng.trace());
   const ScopedEnv suffix_env("HYDRAGEN_SUFFIX_KERNEL", "decode");
-  int narrow_runs = 0, wide_fallbacks = 0;
+  int narrow_runs = 0, wide_fallbacks = 0, four_runs = 0, eight_runs = 0, general_runs = 0;
   for (int trial = 0; trial < 18; ++trial) {
     const bool many = trial >= 16;
     testing::PagedShape shape;
     shape.page_size = trial % 2 ? 16 : 64;
     shape.head_dim = trial / 2 % 2 ? 64 : 128;
-    shape.groups = trial % 8 == 7 ? 4 : trial == 17 ? 8 : 1;
+    shape.groups = trial % 8 == 7 ? 4 : trial == 5 ? 3 : trial == 14 ? 6 : trial == 10 || trial == 17 ? 8 : 1;
     shape.kv_heads = many ? 4 : rng.uniform_int(1, 3);
     shape.depth = rng.uniform_int(1, 2);
     shape.batch = many ? (trial == 17 ? 256 : 1024) : rng.pick(std::vector<int>{5, 40});
@@ -609,24 +610,39 @@ TEST(CudaAttention, NarrowAndWideDecodeKernelsMatchReference) {
     bool narrow_rows = true;
     for (const attn::PlanItem& it : plan.suffix_items) narrow_rows &= it.row_count <= 1;
     const AttentionState ref = reference_tree_attention(c.tree, c.q);
-    for (const char* width : {"HYDRAGEN_DECODE_NARROW", "HYDRAGEN_DECODE_WIDE"}) {
+    struct Forced {
+      const char* width;  // HYDRAGEN_DECODE_NARROW or _WIDE
+      bool general;       // HYDRAGEN_DECODE_GENERAL too
+    };
+    for (const Forced forced : {Forced{"HYDRAGEN_DECODE_NARROW", false}, Forced{"HYDRAGEN_DECODE_WIDE", false},
+                                Forced{"HYDRAGEN_DECODE_WIDE", true}}) {
+      const char* width = forced.width;
       const ScopedEnv env(width, "1");
+      const ScopedEnv general("HYDRAGEN_DECODE_GENERAL", forced.general ? "1" : nullptr);
+      const int build = cuda::decode_build_rows(cuda::SuffixItemSummary::of(plan));
       int variant = 0;
       const AttentionState got = run_on_device(c, plan, options.shared_tile_rows, &variant);
       const bool narrow = (variant & 2) != 0;
       const std::string what = concat("trial ", trial, " ", width, " ", mode_name(mode), " page ", shape.page_size,
                                       " d ", shape.head_dim, " G ", shape.groups, " Hkv ", shape.kv_heads, " batch ",
                                       shape.batch, " T<=", shape.max_query_tokens, " stacked ",
-                                      plan.stacked_segments, narrow ? " (narrow)" : " (wide)");
+                                      plan.stacked_segments, " build ", build);
       EXPECT_EQ(narrow, narrow_rows && std::string(width) == "HYDRAGEN_DECODE_NARROW") << what;
+      EXPECT_EQ(narrow, build == 1) << what;
+      EXPECT_EQ((variant & 64) != 0, build == 4) << what;
+      EXPECT_EQ((variant & 128) != 0, build == 8) << what;
       narrow_runs += narrow;
       wide_fallbacks += !narrow_rows && std::string(width) == "HYDRAGEN_DECODE_NARROW";
+      four_runs += build == 4, eight_runs += build == 8, general_runs += build == 0;
       EXPECT_LE(relative_norm_error(got.o, ref.o), 5e-3) << what;
       expect_lse_near(got.lse, ref.lse, what);
     }
   }
   EXPECT_GT(narrow_runs, 0);
   EXPECT_GT(wide_fallbacks, 0);
+  EXPECT_GE(four_runs, 2);   // trial 5's narrow fallback and wide runs
+  EXPECT_GE(eight_runs, 6);  // trials 10, 14, 17
+  EXPECT_GT(general_runs, 0);
 #endif
 }
 
@@ -882,7 +898,8 @@ TEST(CudaDispatch, SuffixKernelIsTheDecodeKernelUnlessForced) {
 }
 
 // The one pass upload's three choices read (SuffixItemSummary), on plans whose counts are
-// known, and the decode build choices (narrow, four-row) with their overrides. No GPU needed.
+// known, and the decode build choices (narrow, four-row, eight-row, general) with their
+// overrides. No GPU needed.
 TEST(CudaDispatch, SuffixItemSummaryAndTheNarrowBuild) {
 #ifdef HYDRAGEN_WITH_CUDA
   // 40/40 B=64 under a stacked 2K prefix, 64-key suffixes: one-row items, one piece each.
@@ -906,14 +923,29 @@ TEST(CudaDispatch, SuffixItemSummaryAndTheNarrowBuild) {
   EXPECT_FALSE(b.one_row || b.lone_rows);
   EXPECT_FALSE(cuda::decode_runs_narrow(b));
   EXPECT_EQ(cuda::decode_build_rows(b), 4);  // every item 3-4 rows: the four-row build
-  {
-    const ScopedEnv general("HYDRAGEN_DECODE_FOUR", "0");
-    EXPECT_EQ(cuda::decode_build_rows(b), 8);
-  }
-  // 32/4 (GQA 8): 8-row items, the general build.
+  // 32/4 (GQA 8): 8-row items, the eight-row build.
   const cuda::SuffixItemSummary g8 = cuda::SuffixItemSummary::of(one_segment_plan(64, 4, 32, 1024, 1, AttentionMode::hydragen));
   EXPECT_EQ(g8.min_rows, 8);
   EXPECT_EQ(cuda::decode_build_rows(g8), 8);
+  {
+    const ScopedEnv general("HYDRAGEN_DECODE_GENERAL", "1");
+    EXPECT_EQ(cuda::decode_build_rows(b), 0);
+    EXPECT_EQ(cuda::decode_build_rows(g8), 0);
+    EXPECT_EQ(cuda::decode_build_rows(a), 1);  // (one-row plans keep the narrow build)
+  }
+  // Mixed widths and two-row items: the general build. (Counts set by hand: the summary's
+  // fields are what the choice reads.)
+  auto rows_between = [](int min_rows, int max_rows) {
+    cuda::SuffixItemSummary s;
+    s.items = s.groups = s.pieces = 10;
+    s.min_rows = min_rows, s.max_rows = max_rows, s.one_row = s.lone_rows = false;
+    return s;
+  };
+  EXPECT_EQ(cuda::decode_build_rows(rows_between(4, 8)), 0);
+  EXPECT_EQ(cuda::decode_build_rows(rows_between(2, 4)), 0);
+  EXPECT_EQ(cuda::decode_build_rows(rows_between(2, 2)), 0);
+  EXPECT_EQ(cuda::decode_build_rows(rows_between(3, 3)), 4);
+  EXPECT_EQ(cuda::decode_build_rows(rows_between(5, 7)), 8);
   EXPECT_EQ(cuda::decode_build_rows(cuda::SuffixItemSummary{}), 1);  // no items: one row each, vacuously
   // A split suffix: one-row items, not alone in their merge groups.
   const cuda::SuffixItemSummary c = cuda::SuffixItemSummary::of(one_segment_plan(1, 40, 40, 32768, 1, AttentionMode::paged));

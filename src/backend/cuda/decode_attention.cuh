@@ -49,7 +49,7 @@ struct DecodeShape {
   static constexpr int kKRow = D + 16 / static_cast<int>(sizeof(T));
   // The chunk's K rows [kChunk][kKRow] and V rows [kChunk][kKRow] (T; D apart in a build
   // without the mma path: stage_floats(1)), in floats: also the scratch of the last arrival's
-  // merge once the key loop is done (items of >= 2 rows: the wide build only).
+  // merge once the key loop is done (items of >= 2 rows: the multi-row builds only).
   static constexpr int stage_floats(int max_rows) {
     return kChunk * (kKRow + (max_rows >= 4 ? kKRow : D)) * static_cast<int>(sizeof(T)) / 4;
   }
@@ -60,10 +60,10 @@ struct DecodeShape {
   // A warp's shared memory for items of <= max_rows rows: Q [max_rows][D] fp32, p
   // [max_rows][kChunk] fp32, then the K/V stage.
   static constexpr int warp_smem_floats(int max_rows) { return max_rows * D + max_rows * kChunk + stage_floats(max_rows); }
-  // The rows a kernel build's shared memory is laid out for: the mma path's fragments span 8
-  // rows whatever its items hold (P's parts, O^T written back), so only the one-row build is
-  // smaller.
-  static constexpr int layout_rows(int max_rows) { return max_rows == 1 ? 1 : 8; }
+  // The rows a kernel build's shared memory is laid out for (its Rows: 0 general, else its one
+  // path): the mma path's fragments span 8 rows whatever its items hold (P's parts, O^T written
+  // back), so only the one-row build is smaller.
+  static constexpr int layout_rows(int rows) { return rows == 1 ? 1 : 8; }
   static constexpr int smem_bytes(int max_rows) { return kWarps * warp_smem_floats(max_rows) * 4; }
   static_assert(D == 64 || D == 128);
   // The in-line merges stage the other columns' o in the K rows (free after the key loop).
@@ -625,19 +625,20 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   }
 }
 
-// MinBlocks: what shared memory allows -- 2 for the general kernel (88 KB per block), 3 for the
-// narrow one the runner picks when every item has one row (MHA decode; 70 KB per block).
-// MaxRows: the widest item the kernel serves: 8 (every path), 1 for the narrow one (its Q and p
-// slices are 8x smaller, and the wider paths compiled into it made it spill), or 4 for the
-// four-row build the runner picks when every item has 3-4 rows (a GQA group of 4: llama-3-8b),
-// which compiles the R = 4 path alone -- a third of the general kernel's code, whose cold
-// merge paths stalled its warps on instruction fetches (perf-notes v30). One warp per item;
-// blocks past the plan's item count exit at once.
-template <class T, int D, int MinBlocks = 3, int MaxRows = 8>
+// MinBlocks: what shared memory allows -- 2 for the multi-row builds (88 KB per block), 3 for
+// the narrow one the runner picks when every item has one row (MHA decode; 70 KB per block).
+// Rows: 0 for the general build (items of 1..8 rows: every path), else the one path R = Rows
+// alone, for plans whose items all fit it (decode_build_rows): 1, the narrow build (its Q and
+// p slices are 8x smaller, and the wider paths compiled into it made it spill); 4, items of 3-4
+// rows (a GQA group of 4: llama-3-8b); 8, items of 5-8 rows (a GQA group of 8: the paper's 8/1).
+// The general build's cold paths stalled its warps on instruction fetches; the R = 4 path alone
+// is a third of its code (perf-notes v30, v32). One warp per item; blocks past the plan's item
+// count exit at once.
+template <class T, int D, int MinBlocks = 3, int Rows = 0>
 __global__ void __launch_bounds__(DecodeShape<T, D>::kThreads, MinBlocks) decode_attention_kernel(const PagedAttentionParams p) {
   using Shape = DecodeShape<T, D>;
-  static_assert(MaxRows == 1 || MaxRows == 4 || MaxRows == 8);
-  constexpr int L = Shape::layout_rows(MaxRows);
+  static_assert(Rows == 0 || Rows == 1 || Rows == 4 || Rows == 8);
+  constexpr int L = Shape::layout_rows(Rows);
   extern __shared__ __align__(16) unsigned char smem[];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   float* sq = reinterpret_cast<float*>(smem) + warp * Shape::warp_smem_floats(L);  // [L][D]
@@ -647,10 +648,8 @@ __global__ void __launch_bounds__(DecodeShape<T, D>::kThreads, MinBlocks) decode
   const int item_index = blockIdx.x * Shape::kWarps + warp;
   attn::PlanItem it;
   if (!load_suffix_item(p, item_index, it)) return;  // (plan data: written before the shared launch)
-  if constexpr (MaxRows == 1) {  // the runner's choice guarantees row_count <= 1 here
-    decode_item<T, D, 1>(p, it, sq, sp, sk, sv, lane);
-  } else if constexpr (MaxRows == 4) {  // ... and row_count <= 4 here
-    decode_item<T, D, 4>(p, it, sq, sp, sk, sv, lane);
+  if constexpr (Rows != 0) {  // the runner's choice guarantees row_count <= Rows here
+    decode_item<T, D, Rows>(p, it, sq, sp, sk, sv, lane);
   } else {
     if (it.row_count <= 1) decode_item<T, D, 1>(p, it, sq, sp, sk, sv, lane);
     else if (it.row_count <= 2) decode_item<T, D, 2>(p, it, sq, sp, sk, sv, lane);

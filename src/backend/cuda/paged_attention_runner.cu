@@ -77,18 +77,19 @@ int prepare() {
   return blocks;
 }
 
-// The suffix launch's decode kernel (one warp per item, non-persistent grid).
-template <class T, int D, int MinBlocks, int MaxRows>
+// The suffix launch's decode kernel (one warp per item, non-persistent grid); Rows: its build
+// (decode_attention_kernel: 0 general, else the R = Rows path alone).
+template <class T, int D, int MinBlocks, int Rows>
 void launch_decode(const PagedAttentionParams& p, int grid, cudaStream_t stream, bool after_shared) {
   using Shape = DecodeShape<T, D>;
-  launch_kernel(decode_attention_kernel<T, D, MinBlocks, MaxRows>, grid, Shape::kThreads,
-                Shape::smem_bytes(Shape::layout_rows(MaxRows)), stream, after_shared, p);
+  launch_kernel(decode_attention_kernel<T, D, MinBlocks, Rows>, grid, Shape::kThreads,
+                Shape::smem_bytes(Shape::layout_rows(Rows)), stream, after_shared, p);
 }
-template <class T, int D, int MinBlocks, int MaxRows>
+template <class T, int D, int MinBlocks, int Rows>
 int prepare_decode() {
   using Shape = DecodeShape<T, D>;
-  auto kernel = decode_attention_kernel<T, D, MinBlocks, MaxRows>;
-  constexpr int bytes = Shape::smem_bytes(Shape::layout_rows(MaxRows));
+  auto kernel = decode_attention_kernel<T, D, MinBlocks, Rows>;
+  constexpr int bytes = Shape::smem_bytes(Shape::layout_rows(Rows));
   HG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   int blocks = 0;
   HG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, Shape::kThreads, bytes));
@@ -147,9 +148,11 @@ bool decode_runs_narrow(const SuffixItemSummary& suffix) {
 
 int decode_build_rows(const SuffixItemSummary& suffix) {
   if (decode_runs_narrow(suffix)) return 1;
-  const char* env = std::getenv("HYDRAGEN_DECODE_FOUR");
-  const bool four_allowed = env == nullptr || std::string(env) != "0";
-  return four_allowed && suffix.min_rows >= 3 && suffix.max_rows <= 4 ? 4 : 8;  // (min_rows is 0 without items)
+  if (std::getenv("HYDRAGEN_DECODE_GENERAL") != nullptr) return 0;
+  // (min_rows is 0 without items)
+  if (suffix.min_rows >= 3 && suffix.max_rows <= 4) return 4;
+  if (suffix.min_rows >= 5 && suffix.max_rows <= 8) return 8;
+  return 0;
 }
 
 namespace {
@@ -158,10 +161,11 @@ struct KernelPair {
   LaunchFn shared;
   SuffixLaunchFn suffix;
   int shared_blocks_per_sm, suffix_blocks_per_sm;
-  SuffixLaunchFn decode = nullptr;  // the suffix launch when set
+  SuffixLaunchFn decode = nullptr;  // the suffix launch when set: the general build
   int decode_blocks_per_sm = 0;
   SuffixLaunchFn decode_narrow = nullptr;  // the decode kernel for one-row items only (3 blocks per SM)
   SuffixLaunchFn decode_four = nullptr;    // ... for items of 3-4 rows only (the R = 4 path alone)
+  SuffixLaunchFn decode_eight = nullptr;   // ... for items of 5-8 rows only (the R = 8 path alone)
   // decode_quad.cuh (four lanes per item) for plans whose suffix items are lone one-row items
   // with few keys (quad_decode_keys): four keys in flight, or one.
   SuffixLaunchFn decode_quad4 = nullptr, decode_quad1 = nullptr;
@@ -241,15 +245,19 @@ KernelPair kernels_for(int shared_tile_rows) {
                                          : KernelPair{launch<T, D, 4, 1>, launch_mma<T, D, 1, 4>,
                                                       prepare<T, D, 4, 1>(), prepare<T, D, 1, 4>()};
   use_wgmma_shared<T, D>(k, shared_tile_rows);
-  k.decode = launch_decode<T, D, 2, 8>, k.decode_blocks_per_sm = prepare_decode<T, D, 2, 8>();
+  k.decode = launch_decode<T, D, 2, 0>, k.decode_blocks_per_sm = prepare_decode<T, D, 2, 0>();
   k.decode_narrow = launch_decode<T, D, 3, 1>;
   prepare_decode<T, D, 3, 1>();
   k.decode_four = launch_decode<T, D, 2, 4>;
+  k.decode_eight = launch_decode<T, D, 2, 8>;
   // The suffix slots (plan options) are counted from the general build's occupancy; the
-  // four-row build fits at least as many blocks (fewer registers, the same shared memory).
-  const int four_blocks_per_sm = prepare_decode<T, D, 2, 4>();
-  HG_CHECK(four_blocks_per_sm >= k.decode_blocks_per_sm, "paged attention: the decode kernel's four-row build fits ",
-           four_blocks_per_sm, " blocks per SM, fewer than the general build's ", k.decode_blocks_per_sm);
+  // one-path builds fit at least as many blocks (fewer registers, the same shared memory).
+  auto check_fits = [&](int rows, int blocks) {
+    HG_CHECK(blocks >= k.decode_blocks_per_sm, "paged attention: the decode kernel's ", rows, "-row build fits ", blocks,
+             " blocks per SM, fewer than the general build's ", k.decode_blocks_per_sm);
+  };
+  check_fits(4, prepare_decode<T, D, 2, 4>());
+  check_fits(8, prepare_decode<T, D, 2, 8>());
   k.decode_quad4 = launch_decode_quad<T, D, 4>;
   k.decode_quad1 = launch_decode_quad<T, D, 1>;
   return k;
@@ -435,7 +443,7 @@ struct PagedAttentionRunner::Impl {
   struct Choices {
     bool shared_ws = false;      // AttentionPlan::shared_full_tiles
     bool suffix_decode = true;   // suffix_runs_decode_kernel
-    int decode_rows = 8;         // decode_build_rows: 1 narrow, 4 four-row, 8 general build
+    int decode_rows = 0;         // decode_build_rows: 1 narrow, 4 four-row, 8 eight-row, 0 general build
     int decode_quad = 0;         // quad_decode_keys
     bool after_shared = false;   // pdl_rule: the suffix launch is the shared launch's dependent
   } choices;
@@ -603,7 +611,8 @@ void PagedAttentionRunner::upload(const attn::AttentionPlan& plan, void* stream)
 int PagedAttentionRunner::launch_variant() const {
   const Impl::Choices& c = impl_->choices;
   return (c.suffix_decode ? 1 : 0) | (c.decode_rows == 1 ? 2 : 0) | (c.shared_ws ? 4 : 0) | (c.decode_quad != 0 ? 8 : 0) |
-         (c.decode_quad == 1 ? 16 : 0) | (c.after_shared ? 32 : 0) | (c.decode_rows == 4 ? 64 : 0);
+         (c.decode_quad == 1 ? 16 : 0) | (c.after_shared ? 32 : 0) | (c.decode_rows == 4 ? 64 : 0) |
+         (c.decode_rows == 8 ? 128 : 0);
 }
 
 void PagedAttentionRunner::poison_states() {
@@ -644,6 +653,7 @@ void PagedAttentionRunner::run(const PagedAttentionArgs& args, void* stream, boo
   else if (m.choices.suffix_decode)
     (m.choices.decode_rows == 1   ? m.kernels.decode_narrow
      : m.choices.decode_rows == 4 ? m.kernels.decode_four
+     : m.choices.decode_rows == 8 ? m.kernels.decode_eight
                                   : m.kernels.decode)(p, m.decode_grid, st, pdl);
   else m.kernels.suffix(p, m.suffix_grid, st, pdl);
   HG_CUDA_CHECK(cudaGetLastError());

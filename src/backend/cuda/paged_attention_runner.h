@@ -81,8 +81,9 @@ bool suffix_runs_decode_kernel();
 bool decode_runs_narrow(const SuffixItemSummary& suffix);
 
 // The decode kernel build that serves the suffix launch: 1 (narrow, decode_runs_narrow), 4
-// (every item has 3-4 rows: the build with the R = 4 path alone, perf-notes v30; not under
-// HYDRAGEN_DECODE_FOUR=0) or 8 (the general build). Host only.
+// (every item has 3-4 rows: the build with the R = 4 path alone, perf-notes v30), 8 (every
+// item has 5-8 rows: the R = 8 path alone, v32) or 0 (the general build: mixed plans, items of
+// two rows, or any multi-row plan under HYDRAGEN_DECODE_GENERAL). Host only.
 int decode_build_rows(const SuffixItemSummary& suffix);
 
 // Whether every suffix item of `plan` has one row and is its merge group's only item: the
@@ -149,7 +150,7 @@ class PagedAttentionRunner {
   // are chosen per plan): a CUDA graph captured under one variant replays that variant.
   // Bits: 1 decode kernel (else mma), 2 its narrow build, 4 the TMA shared kernel, 8 a quad
   // decode build, 16 its one-key build, 32 the suffix launch a dependent of the shared one (PDL),
-  // 64 the decode kernel's four-row build.
+  // 64 the decode kernel's four-row build, 128 its eight-row build.
   int launch_variant() const;
   // Fills the partial-state buffers with NaN (tests: every read entry must be written).
   void poison_states();
