@@ -4,6 +4,7 @@
 // that force stacking, folding and split-KV. Metric: relative_max_error <= 1e-5, no NaN.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -210,6 +211,14 @@ TEST(PagedAttentionCpu, RejectsBadArgumentsNamingThem) {
   bad = plan;
   bad.groups[0].items += 1;
   expect_error([&] { cpu::run_attention_plan(bad, c.q, c.k_pool, c.v_pool, out); }, "plan.groups[0]");
+  // A piece's pool slot that is not its page list's (the suffix kernels would read other keys).
+  const auto in_one_page =
+      std::find_if(plan.pieces.begin(), plan.pieces.end(), [](const attn::PlanPiece& pc) { return pc.slot >= 0; });
+  ASSERT_NE(in_one_page, plan.pieces.end());
+  const auto at = in_one_page - plan.pieces.begin();
+  bad = plan;
+  bad.pieces[at].slot += 1;
+  expect_error([&] { cpu::run_attention_plan(bad, c.q, c.k_pool, c.v_pool, out); }, concat("plan.pieces[", at, "] has slot"));
 }
 
 }  // namespace

@@ -65,11 +65,14 @@ void check_coverage(const PagedLayout& layout, const AttentionPlan& plan) {
           const PlanPiece& pc = plan.pieces[it.piece_begin + pi];
           ASSERT_GE(pc.tokens, 1);
           ASSERT_LE(pc.tokens, kBlockTokens);
+          const bool one_page = pc.token_begin / ps == (pc.token_begin + pc.tokens - 1) / ps;
           for (int k = 0; k < pc.tokens; ++k) {
             const int tok = pc.token_begin + k;
             auto& read = reads[{it.kv_head, row.token, pc.position + k}];
             ++read.first;
             read.second = std::int64_t{plan.pages.at(pc.page_offset + tok / ps)} * ps + tok % ps;
+            // The piece's slot: token k at slot + k where the piece is in one page, else -1.
+            if (k == 0) ASSERT_EQ(pc.slot, one_page ? read.second : -1) << "piece " << it.piece_begin + pi;
           }
         }
       }
@@ -556,16 +559,21 @@ TEST(PagedPlan, SegmentsStartingInsideAPage) {
   const AttentionPlan plan = build_attention_plan(layout, options);
   ASSERT_EQ(plan.stacked_segments, 2);
   // Segment 0's pages come first in plan.pages, then segment 1's.
-  const std::vector<PlanPiece> expected = {{0, 5, 64, 0}, {0, 69, 64, 64}, {0, 133, 2, 128}, {9, 7, 20, 130}};
+  // Pieces spanning pages have no slot (-1); slots 133-134 lie in page 18 (its slots 5-6).
+  const std::vector<PlanPiece> expected = {
+      {0, 5, 64, 0, -1}, {0, 69, 64, 64, -1}, {0, 133, 2, 128, 18 * 16 + 5}, {9, 7, 20, 130, -1}};
   for (std::size_t i = 0; i < expected.size(); ++i) {
     EXPECT_EQ(plan.pieces[i].page_offset, expected[i].page_offset) << "piece " << i;
     EXPECT_EQ(plan.pieces[i].token_begin, expected[i].token_begin) << "piece " << i;
     EXPECT_EQ(plan.pieces[i].tokens, expected[i].tokens) << "piece " << i;
     EXPECT_EQ(plan.pieces[i].position, expected[i].position) << "piece " << i;
+    EXPECT_EQ(plan.pieces[i].slot, expected[i].slot) << "piece " << i;
   }
-  // Suffix pieces start at slot 0 of their own page, after the segments' context.
+  // Suffix pieces start at slot 0 of their own page, after the segments' context: sequence
+  // 0's 3 tokens in page 30.
   EXPECT_EQ(plan.pieces[4].token_begin, 0);
   EXPECT_EQ(plan.pieces[4].position, 150);
+  EXPECT_EQ(plan.pieces[4].slot, 30 * 16);
   check_coverage(layout, plan);
   options.mode = AttentionMode::paged;  // folded: the same offsets in each sequence's own read
   check_coverage(layout, build_attention_plan(layout, options));

@@ -50,15 +50,22 @@ void validate_layout(const PagedLayout& layout) {
   }
 }
 
-// Appends the pieces of `tokens` keys of one page list, the first at slot first_slot of its
-// first page; returns how many.
-int append_pieces(std::vector<PlanPiece>& pieces, std::int32_t page_offset, std::int64_t tokens,
+// Appends the pieces of `tokens` keys of the page list at plan.pages[page_offset], the first
+// at slot first_slot of its first page; returns how many.
+int append_pieces(AttentionPlan& plan, int page_size, std::int32_t page_offset, std::int64_t tokens,
                   std::int64_t position, std::int32_t first_slot) {
   int count = 0;
-  for (std::int64_t b = 0; b < tokens; b += kBlockTokens, ++count)
-    pieces.push_back({page_offset, static_cast<std::int32_t>(first_slot + b),
-                      static_cast<std::int32_t>(std::min<std::int64_t>(kBlockTokens, tokens - b)),
-                      static_cast<std::int32_t>(position + b)});
+  for (std::int64_t b = 0; b < tokens; b += kBlockTokens, ++count) {
+    const std::int64_t begin = first_slot + b, n = std::min<std::int64_t>(kBlockTokens, tokens - b);
+    const std::int64_t page = begin / page_size;
+    const bool one_page = (begin + n - 1) / page_size == page;
+    const std::int64_t slot =
+        one_page ? std::int64_t{plan.pages[static_cast<std::size_t>(page_offset + page)]} * page_size + begin % page_size
+                 : -1;
+    HG_CHECK(slot < INT32_MAX, "build_attention_plan: pool slot ", slot, " does not fit 32 bits");
+    plan.pieces.push_back({page_offset, static_cast<std::int32_t>(begin), static_cast<std::int32_t>(n),
+                           static_cast<std::int32_t>(position + b), static_cast<std::int32_t>(slot)});
+  }
   return count;
 }
 
@@ -450,7 +457,7 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
     for (int s : readers[i]) append_rows(s);
     const int piece_begin = static_cast<int>(plan.pieces.size());
     const auto& seg = layout.segments[i];
-    const int count = append_pieces(plan.pieces, seg_page_offset[i], seg.tokens, seg_position[i], seg.first_slot);
+    const int count = append_pieces(plan, layout.page_size, seg_page_offset[i], seg.tokens, seg_position[i], seg.first_slot);
     emit_items(plan.shared_items, row_begin, rows_below[i], options.shared_tile_rows, piece_begin, count,
                head_splits.data() + std::int64_t{i} * hkv, 1, seg_column.data() + std::int64_t{i} * head_stride,
                head_stride > 1, false, by_head_splits);
@@ -464,9 +471,9 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
     int count = 0;
     for (int p : path[s])
       if (!stacked[p])
-        count += append_pieces(plan.pieces, seg_page_offset[p], layout.segments[p].tokens, seg_position[p],
+        count += append_pieces(plan, layout.page_size, seg_page_offset[p], layout.segments[p].tokens, seg_position[p],
                                layout.segments[p].first_slot);
-    count += append_pieces(plan.pieces, seq_page_offset[s], seq.suffix_tokens, context[s] - seq.suffix_tokens,
+    count += append_pieces(plan, layout.page_size, seq_page_offset[s], seq.suffix_tokens, context[s] - seq.suffix_tokens,
                            seq.first_slot);
     emit_items(plan.suffix_items, row_begin, std::int64_t{seq.query_tokens} * groups, suffix_rows, piece_begin, count,
                &own_splits[s], 0, shared_columns.data() + std::int64_t{s} * head_stride, head_stride > 1, true, false);

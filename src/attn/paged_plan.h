@@ -102,6 +102,11 @@ struct PlanPiece {
   std::int32_t token_begin;  // first token's slot, counted from slot 0 of the list's first page
   std::int32_t tokens;       // 1..kBlockTokens
   std::int32_t position;     // context position of the first token (for the causal mask)
+  // The first token's pool slot (page id x page_size + offset) where all of the piece's tokens
+  // lie in one page, so that token j is at slot + j: the suffix kernels then find their keys
+  // without reading the page list (one memory round trip less before the first keys,
+  // perf-notes v31). -1 where the piece spans pages (pieces read through `pages`).
+  std::int32_t slot;
 };
 struct PlanRow {
   std::int32_t token;         // packed query token row (index into q's first dim)

@@ -62,6 +62,14 @@ void check_plan(const AttentionPlan& plan, const Dims& d, std::vector<std::int32
              "run_attention_plan: plan.pieces[", i, "] (page_offset ", pc.page_offset, ", token_begin ",
              pc.token_begin, ", tokens ", pc.tokens, ") leaves plan.pages (", pages, " ids of ", d.page_size,
              "-token pages)");
+    // The slot the suffix kernels read keys from: the page list's, where the piece is in one page.
+    const std::int64_t first = pc.token_begin, last = first + pc.tokens - 1;
+    const std::int64_t slot = first / d.page_size == last / d.page_size
+                                  ? std::int64_t{plan.pages[pc.page_offset + first / d.page_size]} * d.page_size +
+                                        first % d.page_size
+                                  : -1;
+    HG_CHECK(pc.slot == slot, "run_attention_plan: plan.pieces[", i, "] has slot ", pc.slot, ", its page list gives ",
+             slot, slot < 0 ? " (the piece spans pages)" : "");
   }
   for (std::size_t i = 0; i < plan.rows.size(); ++i) {
     const PlanRow& row = plan.rows[i];
@@ -154,9 +162,11 @@ void run_item(const AttentionPlan& plan, const PlanItem& it, const Dims& d, cons
     // A run holds keys in increasing context position only (the mask is a prefix of it).
     if (n + pc.tokens > kRun || (n > 0 && pc.position <= positions[n - 1])) flush();
     for (int j = 0; j < pc.tokens; ++j, ++n) {
+      // As the suffix kernels: from the piece's slot where it is in one page (checked above).
       const std::int64_t tok = pc.token_begin + j;
-      const std::int64_t slot = std::int64_t{plan.pages[pc.page_offset + tok / d.page_size]} * d.page_size +
-                                tok % d.page_size;
+      const std::int64_t slot = pc.slot >= 0 ? std::int64_t{pc.slot} + j
+                                             : std::int64_t{plan.pages[pc.page_offset + tok / d.page_size]} * d.page_size +
+                                                   tok % d.page_size;
       const std::int64_t at = slot * token_elems + it.kv_head * dim;
       std::memcpy(keys.data() + n * dim, k_pool + at, dim * sizeof(float));
       std::memcpy(values.data() + n * dim, v_pool + at, dim * sizeof(float));

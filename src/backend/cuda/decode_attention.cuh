@@ -163,7 +163,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   // Pool token slot of this lane's key of the chunk at `first` in piece pc, 0 past the
   // piece's keys. Shuffled as 32 bits (the V copies below).
   auto key_slot = [&](const attn::PlanPiece& pc, int first) {
-    return lane < pc.tokens - first ? pool_slot(p, pc, pc.token_begin + first + lane) : 0;
+    return lane < pc.tokens - first ? piece_key_slot(p, pc, first + lane) : 0;
   };
   auto slot_offset = [&](int slot) { return (std::int64_t{slot} * p.kv_heads + it.kv_head) * D; };
   // The shared launch's states, read only after wait_for_shared_launch (this launch is the
@@ -281,7 +281,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   // Chunk ci = half (ci & 1) of piece ci / 2. The next chunk's piece and page are fetched
   // while this one computes, so a chunk costs the K and V round trips only.
   const int chunks = it.piece_count * 2;
-  attn::PlanPiece next_piece{0, 0, 0, 0};
+  attn::PlanPiece next_piece{0, 0, 0, 0, 0};
   int next_slot = 0;
   if (chunks > 0) {
     next_piece = p.pieces[it.piece_begin];

@@ -124,8 +124,7 @@ __global__ void __launch_bounds__(QuadShape<T, D, KB>::kThreads, QuadShape<T, D,
 #pragma unroll
         for (int g = 0; g < NG; ++g) kr[j][g] = vr[j][g] = make_uint2(0, 0);
         if (k0 + j >= piece.tokens) continue;  // past the piece: zeros, masked below
-        const int tok = piece.token_begin + k0 + j;
-        const std::int64_t off = (std::int64_t{pool_slot(p, piece, tok)} * p.kv_heads + it.kv_head) * D;
+        const std::int64_t off = (std::int64_t{piece_key_slot(p, piece, k0 + j)} * p.kv_heads + it.kv_head) * D;
         const uint2* ks = reinterpret_cast<const uint2*>(kp + off);
         const uint2* vs = reinterpret_cast<const uint2*>(vp + off);
 #pragma unroll

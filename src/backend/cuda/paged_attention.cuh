@@ -49,6 +49,12 @@ struct PagedAttentionParams {
 __device__ __forceinline__ int pool_slot(const PagedAttentionParams& p, const attn::PlanPiece& piece, int tok) {
   return (__ldg(p.pages + piece.page_offset + (tok >> p.page_shift)) << p.page_shift) + (tok & (p.page_size - 1));
 }
+// Pool token slot of the piece's key `key` (counted from its first): from the piece's slot
+// where it lies in one page (no page-list read: the suffix kernels' first keys come one round
+// trip sooner, perf-notes v31), else through p.pages.
+__device__ __forceinline__ int piece_key_slot(const PagedAttentionParams& p, const attn::PlanPiece& piece, int key) {
+  return piece.slot >= 0 ? piece.slot + key : pool_slot(p, piece, piece.token_begin + key);
+}
 
 // The decode kernel's item, loaded beside the plan's item count instead of after it: one
 // memory round trip less before the item's first keys (perf-notes v29). The suffix item array
