@@ -264,6 +264,7 @@ TEST(Engine, PlansBuiltAheadGiveTheSameTokens) {
     auto runner = cpu_runner(m, 1024);
     engine::EngineOptions options;
     options.plan_ahead = ahead;
+    options.overlap_steps = false;  // (plans are built ahead by the step-by-step engine)
     options.max_running = 7;  // the rest wait and join as others finish
     engine::Engine engine(*runner, options);
     std::vector<Completion> out = engine.generate(requests);
@@ -287,13 +288,11 @@ TEST(Engine, PlansBuiltAheadGiveTheSameTokens) {
   EXPECT_EQ(with_ahead.decode_steps, without.decode_steps);
 }
 
-// The prepare_plan contract (the CUDA runner packs the next plan while a step runs): a runner
-// that wraps the CPU one records every prepared plan; a step that says plan_prepared must get
-// exactly that plan, with no step in between; steps after a stop token or a join get a fresh
-// plan and say so. Both kinds occur.
-class PreparedPlanChecker final : public engine::ModelRunner {
+// A runner that forwards everything to the runner it wraps; the checkers below override what
+// they watch.
+class ForwardingRunner : public engine::ModelRunner {
  public:
-  explicit PreparedPlanChecker(std::unique_ptr<engine::ModelRunner> inner) : inner_(std::move(inner)) {}
+  explicit ForwardingRunner(std::unique_ptr<engine::ModelRunner> inner) : inner_(std::move(inner)) {}
   const ModelConfig& config() const override { return inner_->config(); }
   int page_size() const override { return inner_->page_size(); }
   std::int64_t kv_pages() const override { return inner_->kv_pages(); }
@@ -304,6 +303,29 @@ class PreparedPlanChecker final : public engine::ModelRunner {
   void copy_slots(std::span<const std::int32_t> src, std::span<const std::int32_t> dst) override {
     inner_->copy_slots(src, dst);
   }
+  void prepare_plan(const attn::AttentionPlan& plan) override { inner_->prepare_plan(plan); }
+  engine::SampledTokens step(const StepRows& rows, const attn::AttentionPlan* plan,
+                             const engine::StepSampling* sampling, const std::function<void()>& while_running,
+                             bool plan_prepared) override {
+    return inner_->step(rows, plan, sampling, while_running, plan_prepared);
+  }
+  void launch_decode(const StepRows& rows, const attn::AttentionPlan* plan, const engine::StepSampling& sampling,
+                     bool tokens_from_last) override {
+    inner_->launch_decode(rows, plan, sampling, tokens_from_last);
+  }
+  engine::SampledTokens collect_decode() override { return inner_->collect_decode(); }
+
+ protected:
+  std::unique_ptr<engine::ModelRunner> inner_;
+};
+
+// The prepare_plan contract (the CUDA runner packs the next plan while a step runs): a runner
+// that wraps the CPU one records every prepared plan; a step that says plan_prepared must get
+// exactly that plan, with no step in between; steps after a stop token or a join get a fresh
+// plan and say so. Both kinds occur.
+class PreparedPlanChecker final : public ForwardingRunner {
+ public:
+  using ForwardingRunner::ForwardingRunner;
   void prepare_plan(const attn::AttentionPlan& plan) override { prepared_ = plan; }
   engine::SampledTokens step(const StepRows& rows, const attn::AttentionPlan* plan,
                              const engine::StepSampling* sampling, const std::function<void()>& while_running,
@@ -331,7 +353,6 @@ class PreparedPlanChecker final : public engine::ModelRunner {
   int steps = 0, prepared_steps = 0, fresh_decode_steps = 0;
 
  private:
-  std::unique_ptr<engine::ModelRunner> inner_;
   std::optional<attn::AttentionPlan> prepared_;
 };
 
@@ -348,6 +369,7 @@ TEST(Engine, StepsUseThePlanPreparedDuringTheLastStep) {
   }
   PreparedPlanChecker runner(cpu_runner(m, 1024));
   engine::EngineOptions options;
+  options.overlap_steps = false;  // (plans are prepared by the step-by-step engine)
   options.max_running = 6;  // the rest join as others finish
   engine::Engine engine(runner, options);
   const std::vector<Completion> out = engine.generate(requests);
@@ -358,6 +380,133 @@ TEST(Engine, StepsUseThePlanPreparedDuringTheLastStep) {
   EXPECT_GT(runner.prepared_steps, 0);
   EXPECT_GT(runner.fresh_decode_steps, 0);  // the first step, and those after stops and joins
   EXPECT_EQ(engine.stats().plans_built_ahead, runner.prepared_steps);
+}
+
+// The overlapped-decode contract of model_runner.h, watched on the CPU runner: at most two
+// steps launched and not collected, step() only when none is, tokens_from_last only with the
+// step before in flight and as many rows, each of whose positions is one past that step's.
+class OverlapChecker final : public ForwardingRunner {
+ public:
+  using ForwardingRunner::ForwardingRunner;
+  engine::SampledTokens step(const StepRows& rows, const attn::AttentionPlan* plan,
+                             const engine::StepSampling* sampling, const std::function<void()>& while_running,
+                             bool plan_prepared) override {
+    EXPECT_EQ(in_flight, 0) << "step() with decode steps in flight";
+    return inner_->step(rows, plan, sampling, while_running, plan_prepared);
+  }
+  void launch_decode(const StepRows& rows, const attn::AttentionPlan* plan, const engine::StepSampling& sampling,
+                     bool tokens_from_last) override {
+    EXPECT_LT(in_flight, 2);
+    if (tokens_from_last) {
+      ++fed;
+      EXPECT_GE(in_flight, 1) << "tokens from a step not in flight";
+      EXPECT_EQ(rows.positions.size(), last_positions_.size());
+      for (std::size_t r = 0; r < rows.positions.size() && r < last_positions_.size(); ++r)
+        EXPECT_EQ(rows.positions[r], last_positions_[r] + 1) << "row " << r;
+    }
+    last_positions_ = rows.positions;
+    max_in_flight = std::max(max_in_flight, ++in_flight);
+    inner_->launch_decode(rows, plan, sampling, tokens_from_last);
+  }
+  engine::SampledTokens collect_decode() override {
+    EXPECT_GT(in_flight, 0);
+    --in_flight;
+    return inner_->collect_decode();
+  }
+  int in_flight = 0, max_in_flight = 0, fed = 0;
+
+ private:
+  std::vector<std::int32_t> last_positions_;
+};
+
+// EngineOptions::overlap_steps: each decode step is launched before the last one is collected
+// while the batch holds. Sequences that stop at stop tokens (their row of the step in flight is
+// dropped), finish by length, and join as others finish (max_running), greedy and sampled: the
+// same tokens, logprobs, finish reasons and on_token calls as the step-by-step engine, and
+// every kind of step occurs.
+TEST(Engine, OverlappedStepsGiveTheSameTokens) {
+  const test::FixtureModel m = test::load_fixture_model("tiny-llama");
+  std::mt19937 rng(11);
+  const std::vector<std::int32_t> shared = test::random_tokens(rng, 90, 512);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 12; ++i) {
+    GenerationRequest r = test::greedy_request(test::extended(shared, rng, 1 + i % 9), 6 + (i * 5) % 17, 1 + i % 2);
+    if (i % 3 == 1) r.sampling = {0.8f, 30, 0.9f, 0.0f, static_cast<std::uint64_t>(100 + i)};
+    if (i % 4 == 2)  // an even token stops it: most likely within a few steps, while others run on
+      for (std::int32_t id = 0; id < 512; id += 2) r.stop_token_ids.push_back(id);
+    requests.push_back(std::move(r));
+  }
+  for (AttentionChoice attention : {AttentionChoice::hydragen, AttentionChoice::paged}) {
+    SCOPED_TRACE(engine::choice_name(attention));
+    auto run = [&](engine::ModelRunner& runner, bool overlap, EngineStats& stats,
+                   std::vector<std::vector<std::int32_t>>& streamed) {
+      engine::EngineOptions options = with(attention);
+      options.overlap_steps = overlap;
+      options.max_running = 7;  // the rest wait and join as others finish
+      options.on_token = [&](std::size_t completion, std::int32_t token) {
+        if (streamed.size() <= completion) streamed.resize(completion + 1);
+        streamed[completion].push_back(token);
+      };
+      engine::Engine engine(runner, options);
+      std::vector<Completion> out = engine.generate(requests);
+      stats = engine.stats();
+      return out;
+    };
+    OverlapChecker checked(cpu_runner(m, 1024));
+    auto plain = cpu_runner(m, 1024);
+    EngineStats overlapped, in_place;
+    std::vector<std::vector<std::int32_t>> streamed_a, streamed_b;
+    const std::vector<Completion> a = run(checked, true, overlapped, streamed_a);
+    const std::vector<Completion> b = run(*plain, false, in_place, streamed_b);
+    ASSERT_EQ(a.size(), b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].tokens, b[i].tokens) << "completion " << i;
+      EXPECT_EQ(a[i].finish_reason, b[i].finish_reason) << "completion " << i;
+      // To rounding: a step holding a dropped row has one row more, so its products sum in
+      // another blocking.
+      ASSERT_EQ(a[i].logprobs.size(), b[i].logprobs.size()) << "completion " << i;
+      for (std::size_t t = 0; t < a[i].logprobs.size(); ++t)
+        EXPECT_NEAR(a[i].logprobs[t], b[i].logprobs[t], 1e-4) << "completion " << i << " token " << t;
+    }
+    EXPECT_EQ(streamed_a, streamed_b);
+    EXPECT_EQ(checked.in_flight, 0);
+    EXPECT_EQ(checked.max_in_flight, 2);
+    EXPECT_EQ(overlapped.overlapped_steps, checked.fed);
+    EXPECT_GT(overlapped.overlapped_steps, 0);
+    EXPECT_GT(overlapped.dropped_rows, 0);  // a stop token ended a sequence the next step held
+    EXPECT_EQ(overlapped.decode_tokens, in_place.decode_tokens);
+    EXPECT_EQ(in_place.overlapped_steps + in_place.dropped_rows, 0);
+  }
+}
+
+// Steps in flight are collected before anything else touches the batch or the runner: a
+// skip of suffix tokens, turning overlap off, and the engine's end. The tokens collected on the
+// way are kept.
+TEST(Engine, StepsInFlightAreCollectedFirst) {
+  const test::FixtureModel m = test::load_fixture_model("tiny-llama");
+  OverlapChecker runner(cpu_runner(m, 1024));
+  const GenerationRequest r = test::greedy_request(reference_prompt(m, 1), 20, 3);
+  {
+    engine::Engine engine(runner, {});
+    engine.submit(r, 0);
+    engine.admit_and_prefill();
+    engine.decode_step();  // launches two, collects one
+    EXPECT_EQ(runner.in_flight, 1);
+    EXPECT_EQ(engine.completions()[0].tokens.size(), 1u);
+    engine.skip_suffix_tokens(2);
+    EXPECT_EQ(runner.in_flight, 0);
+    EXPECT_EQ(engine.completions()[0].tokens.size(), 4u);  // one collected, two skipped
+    engine.decode_step();
+    EXPECT_EQ(runner.in_flight, 1);
+    engine.set_overlap_steps(false);
+    EXPECT_EQ(runner.in_flight, 0);
+    engine.decode_step();  // step by step now
+    EXPECT_EQ(runner.in_flight, 0);
+    engine.set_overlap_steps(true);
+    engine.decode_step();
+    EXPECT_EQ(runner.in_flight, 1);
+  }  // the engine's end
+  EXPECT_EQ(runner.in_flight, 0);
 }
 
 TEST(Engine, SameSeedSameTokensAndSampleIUsesSeedPlusI) {

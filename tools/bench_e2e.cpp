@@ -44,6 +44,7 @@ struct E2eOptions {
   std::string json_path;
   std::uint64_t seed = 1;
   std::string scenario = "sweep";   // sweep | docqa | two-level
+  bool overlap_steps = true;        // EngineOptions::overlap_steps (off: each step after the last is collected)
   // docqa: one document, B questions about it (the paper: 20K tokens, Yi-6B-200k)
   std::int64_t doc_tokens = 20000, question_tokens = 32;
   std::string questions = "32,64,128,256";
@@ -135,6 +136,7 @@ PointResult time_generation(engine::ModelRunner& runner, engine::AttentionChoice
   engine::EngineOptions eo;
   eo.attention = mode;
   eo.max_running = batch;
+  eo.overlap_steps = o.overlap_steps;
   engine::Engine engine(runner, eo);
   for (std::size_t r = 0; r < requests.size(); ++r) engine.submit(requests[r], static_cast<int>(r));
   const std::int64_t running = engine.admit_and_prefill();
@@ -171,8 +173,13 @@ PointResult time_generation(engine::ModelRunner& runner, engine::AttentionChoice
     row["timed_steps"] = timed_step.steps;
   } else {
     // Suffix lengths spread over the rest of the generation; the steps between are skipped
-    // (their K/V slots are allocated but not computed).
-    std::int64_t at = 2;
+    // (their K/V slots are allocated but not computed). Each is timed alone: with overlapped
+    // steps the one after it would be in flight, and the first measure had its step launched
+    // under the warm-up's.
+    engine.set_overlap_steps(false);
+    timed_step.wall_seconds = 0, timed_step.device_seconds = 0, timed_step.steps = 0;
+    std::int64_t at = static_cast<std::int64_t>(engine.completions().front().tokens.size()) + 1;  // the next step's suffix
+    samples.assign(1, {at, timed_step()});
     for (int i = 1; i < o.sample_points; ++i) {
       const std::int64_t target = 2 + (steps - 3) * i / (o.sample_points - 1);
       if (target <= at) continue;
@@ -276,6 +283,7 @@ void run_e2e(const E2eOptions& o) {
   if (o.device != "cuda") report["device"] = "cpu";
   report["settings"] = {{"new_tokens", o.new_tokens}, {"steps", o.steps}, {"full_seconds", o.full_seconds},
                         {"sample_points", o.sample_points}, {"sampling", "temperature 1, seed per sequence"},
+                        {"overlap_steps", o.overlap_steps},
                         {"throughput", "decode tokens/s excluding prefill and one warm-up step"}};
   report["settings"]["scenario"] = o.scenario;
   HG_CHECK(o.scenario == "sweep" || o.scenario == "docqa" || o.scenario == "two-level",
@@ -416,6 +424,9 @@ void register_bench_e2e(CLI::App& bench) {
   cmd->add_option("--sample-points", o->sample_points, "Steps timed when sampled")->capture_default_str();
   cmd->add_option("--json", o->json_path, "Write the results as JSON");
   cmd->add_option("--seed", o->seed, "Seed of weights, prompts and sampling")->capture_default_str();
+  cmd->add_option("--overlap-steps", o->overlap_steps,
+                  "Launch each decode step before the last one is collected (full runs; sampled steps run alone)")
+      ->capture_default_str();
   cmd->add_option("--scenario", o->scenario, "sweep (batch x prefix), docqa, or two-level")->capture_default_str();
   cmd->add_option("--doc-tokens", o->doc_tokens, "docqa: document length")->capture_default_str();
   cmd->add_option("--questions", o->questions, "docqa: numbers of questions")->capture_default_str();

@@ -1,7 +1,9 @@
 // `hydragen bench host`: the engine's host work per decode step, with a model runner that
 // computes nothing (tokens come back at once). What a GPU step's wall time carries on top of
 // its device time from the engine (layout, plan, rows, bookkeeping), measurable without a
-// GPU. Each point runs with and without EngineOptions::plan_ahead; "overlapped" is the part
+// GPU. The engine runs step by step (EngineOptions::overlap_steps off, which would hide all
+// of it under the device's work when the batch holds). Each point runs with and without
+// EngineOptions::plan_ahead; "overlapped" is the part
 // done inside ModelRunner::step's while_running, which a CUDA runner does while the device
 // runs the step; "critical" is the rest. The CUDA runner's own host work (staging, plan
 // upload, graph launch, synchronisation) is not in it.
@@ -95,6 +97,7 @@ void run_host(const HostOptions& o) {
             engine::EngineOptions options;
             options.attention = engine::parse_choice(mode);
             options.plan_ahead = ahead;
+            options.overlap_steps = false;  // (plan_ahead is the step-by-step engine's overlap)
             options.max_running = batch;
             engine::Engine engine(runner, options);
             std::mt19937 rng(1);

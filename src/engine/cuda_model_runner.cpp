@@ -13,6 +13,7 @@
 #include <array>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <optional>
 
@@ -56,16 +57,18 @@ class CudaModelRunner final : public ModelRunner {
     capacity_ = bucket_for(capacity_);
     buffers_ = model_.new_step_buffers(capacity_);
     HG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    HG_CUDA_CHECK(cudaEventCreate(&start_));
-    HG_CUDA_CHECK(cudaEventCreate(&stop_));
     // A step's inputs in one device block (one copy in, docs/perf-notes.md e14), its sampled
-    // tokens and logprobs in another (one copy out), each mirrored by pinned host memory.
+    // tokens and logprobs in another (one copy out), each mirrored by pinned host memory: two
+    // mirrors used in turn, so a step can be staged while the last one is in flight.
     const std::int64_t cap = capacity_;  // a bucket: even, so the u64 steps after 3 i32 arrays are aligned
     HG_CHECK(cap % 2 == 0, "CudaModelRunner: odd step capacity ", cap);
     inputs_bytes_ = 3 * cap * sizeof(std::int32_t) + cap * sizeof(std::uint64_t) + cap * sizeof(sample::SamplingParams);
-    host_inputs_ = pinned<unsigned char>(inputs_bytes_);
+    for (Slot& slot : slots_) {
+      slot.host_inputs = pinned<unsigned char>(inputs_bytes_);
+      slot.host_outputs = pinned<std::int32_t>(2 * cap);
+      for (cudaEvent_t* event : {&slot.start, &slot.stop, &slot.done}) HG_CUDA_CHECK(cudaEventCreate(event));
+    }
     HG_CUDA_CHECK(cudaMalloc(&inputs_, inputs_bytes_));
-    host_outputs_ = pinned<std::int32_t>(2 * cap);
     HG_CUDA_CHECK(cudaMalloc(&out_tokens_, 2 * cap * sizeof(std::int32_t)));
     out_logprobs_ = reinterpret_cast<float*>(out_tokens_ + cap);
     auto* device_i32 = static_cast<std::int32_t*>(inputs_);
@@ -93,10 +96,13 @@ class CudaModelRunner final : public ModelRunner {
   }
 
   ~CudaModelRunner() override {
+    cudaStreamSynchronize(stream_);  // (steps launched and never collected)
     for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
     cudaFree(inputs_), cudaFree(out_tokens_);
-    cudaFreeHost(host_inputs_), cudaFreeHost(host_outputs_);
-    cudaEventDestroy(start_), cudaEventDestroy(stop_);
+    for (Slot& slot : slots_) {
+      cudaFreeHost(slot.host_inputs), cudaFreeHost(slot.host_outputs);
+      cudaEventDestroy(slot.start), cudaEventDestroy(slot.stop), cudaEventDestroy(slot.done);
+    }
     cudaStreamDestroy(stream_);
   }
 
@@ -123,49 +129,24 @@ class CudaModelRunner final : public ModelRunner {
 
   SampledTokens step(const StepRows& rows, const attn::AttentionPlan* plan, const StepSampling* sampling,
                      const std::function<void()>& while_running, bool plan_prepared) override {
-    check_step_rows(rows, config(), kv_, plan);
-    const std::int64_t n = rows.size();
-    HG_CHECK(n <= capacity_, "CudaModelRunner::step: ", n, " rows, the buffers hold ", capacity_);
-    const bool graphed = sampling != nullptr && options_.cuda_graphs && graphs_ok_;
-    // Decode steps are padded to their bucket with or without graphs, so both run the same
-    // GEMM shapes and give the same tokens.
-    const std::int64_t padded = sampling != nullptr ? std::min(bucket_for(n), capacity_) : n;
-    stage_inputs(rows, padded, sampling);
-    if (plan != nullptr && plan_prepared && attention_ && attention_->has_prepared()) {
-      attention_->upload_prepared(stream_);  // packed during the last step (prepare_plan)
-    } else if (plan != nullptr) {
-      upload(*plan);
-    }
-
-    HG_CUDA_CHECK(cudaEventRecord(start_, stream_));
-    if (graphed) {
-      const std::pair<std::int64_t, int> key{padded, plan ? attention_->launch_variant() : -1};
-      auto it = graphs_.find(key);
-      if (it == graphs_.end()) it = capture(key, plan != nullptr);
-      if (it != graphs_.end()) HG_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
-      else enqueue(padded, plan != nullptr, true);  // capture failed: eager from now on
-    } else {
-      enqueue(padded, plan != nullptr, sampling != nullptr);
-    }
-    HG_CUDA_CHECK(cudaEventRecord(stop_, stream_));
-
-    SampledTokens out;
-    if (sampling != nullptr) {
-      // tokens [0, n) and logprobs [capacity_, capacity_ + n) in one copy
-      HG_CUDA_CHECK(cudaMemcpyAsync(host_outputs_, out_tokens_, (capacity_ + n) * sizeof(std::int32_t),
-                                    cudaMemcpyDeviceToHost, stream_));
-    }
+    HG_CHECK(in_flight_.empty(), "CudaModelRunner::step: ", in_flight_.size(), " decode steps launched and not collected");
+    const int slot = launch(rows, plan, sampling, plan_prepared, false);
     if (while_running) while_running();  // host work under the device's
-    HG_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    float ms = 0;
-    HG_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
-    last_device_seconds_ = ms * 1e-3;
-    if (sampling != nullptr) {
-      const auto* logprobs = reinterpret_cast<const float*>(host_outputs_ + capacity_);
-      out.tokens.assign(host_outputs_, host_outputs_ + n);
-      out.logprobs.assign(logprobs, logprobs + n);
-    }
-    return out;
+    return collect(slot, rows.size(), sampling != nullptr);
+  }
+
+  void launch_decode(const StepRows& rows, const attn::AttentionPlan* plan, const StepSampling& sampling,
+                     bool tokens_from_last) override {
+    HG_CHECK(in_flight_.size() < 2, "CudaModelRunner::launch_decode: two steps in flight already");
+    const int slot = launch(rows, plan, &sampling, false, tokens_from_last);
+    in_flight_.push_back({slot, rows.size()});
+  }
+
+  SampledTokens collect_decode() override {
+    HG_CHECK(!in_flight_.empty(), "CudaModelRunner::collect_decode: no step in flight");
+    const auto [slot, rows] = in_flight_.front();
+    in_flight_.pop_front();
+    return collect(slot, rows, true);
   }
 
   // The next step's plan packed into the attention runner's pinned staging while this step
@@ -192,13 +173,89 @@ class CudaModelRunner final : public ModelRunner {
  private:
   using GraphMap = std::map<std::pair<std::int64_t, int>, cudaGraphExec_t>;
 
+  // Two of these, used in turn by the steps launched (launch, collect).
+  struct Slot {
+    unsigned char* host_inputs = nullptr;  // the pinned mirror of inputs_
+    std::int32_t* host_outputs = nullptr;  // sampled tokens [capacity_], then their logprobs
+    cudaEvent_t start = nullptr, stop = nullptr;  // around the step's kernels
+    cudaEvent_t done = nullptr;                   // after its tokens' copy to host_outputs
+  };
+
+  // Enqueues a step in the next slot and returns the slot. That slot's last step has been
+  // collected: at most two steps are launched and not collected, and they are collected in
+  // order. tokens_from_last: the first rows.size() input tokens are copied on the device from
+  // the last step's sampled tokens (still in out_tokens_: this step's kernels run after that
+  // copy, and after the last step's copy out).
+  int launch(const StepRows& rows, const attn::AttentionPlan* plan, const StepSampling* sampling, bool plan_prepared,
+             bool tokens_from_last) {
+    check_step_rows(rows, config(), kv_, plan);
+    const std::int64_t n = rows.size();
+    HG_CHECK(n <= capacity_, "CudaModelRunner::step: ", n, " rows, the buffers hold ", capacity_);
+    HG_CHECK(!tokens_from_last || (sampling != nullptr && n == last_sampled_rows_),
+             "CudaModelRunner::launch_decode: tokens from the last step need a decode step of its ", last_sampled_rows_,
+             " rows, got ", n);
+    const bool graphed = sampling != nullptr && options_.cuda_graphs && graphs_ok_;
+    // Decode steps are padded to their bucket with or without graphs, so both run the same
+    // GEMM shapes and give the same tokens.
+    const std::int64_t padded = sampling != nullptr ? std::min(bucket_for(n), capacity_) : n;
+    const int k = next_slot_;
+    next_slot_ ^= 1;
+    Slot& slot = slots_[k];
+    stage_inputs(rows, padded, sampling, slot.host_inputs);
+    if (tokens_from_last)
+      HG_CUDA_CHECK(cudaMemcpyAsync(buffers_.tokens.raw(), out_tokens_, n * sizeof(std::int32_t),
+                                    cudaMemcpyDeviceToDevice, stream_));
+    if (plan != nullptr && plan_prepared && attention_ && attention_->has_prepared()) {
+      attention_->upload_prepared(stream_);  // packed during the last step (prepare_plan)
+    } else if (plan != nullptr) {
+      upload(*plan);
+    }
+
+    HG_CUDA_CHECK(cudaEventRecord(slot.start, stream_));
+    if (graphed) {
+      const std::pair<std::int64_t, int> key{padded, plan ? attention_->launch_variant() : -1};
+      auto it = graphs_.find(key);
+      if (it == graphs_.end()) it = capture(key, plan != nullptr);
+      if (it != graphs_.end()) HG_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+      else enqueue(padded, plan != nullptr, true);  // capture failed: eager from now on
+    } else {
+      enqueue(padded, plan != nullptr, sampling != nullptr);
+    }
+    HG_CUDA_CHECK(cudaEventRecord(slot.stop, stream_));
+    if (sampling != nullptr) {
+      // tokens [0, n) and logprobs [capacity_, capacity_ + n) in one copy
+      HG_CUDA_CHECK(cudaMemcpyAsync(slot.host_outputs, out_tokens_, (capacity_ + n) * sizeof(std::int32_t),
+                                    cudaMemcpyDeviceToHost, stream_));
+    }
+    HG_CUDA_CHECK(cudaEventRecord(slot.done, stream_));
+    last_sampled_rows_ = sampling != nullptr ? n : -1;
+    return k;
+  }
+
+  // Waits for the step launched in `slot` (n rows) and returns its tokens if it sampled.
+  SampledTokens collect(int k, std::int64_t n, bool sampled) {
+    Slot& slot = slots_[k];
+    HG_CUDA_CHECK(cudaEventSynchronize(slot.done));
+    float ms = 0;
+    HG_CUDA_CHECK(cudaEventElapsedTime(&ms, slot.start, slot.stop));
+    last_device_seconds_ = ms * 1e-3;
+    SampledTokens out;
+    if (sampled) {
+      const auto* logprobs = reinterpret_cast<const float*>(slot.host_outputs + capacity_);
+      out.tokens.assign(slot.host_outputs, slot.host_outputs + n);
+      out.logprobs.assign(logprobs, logprobs + n);
+    }
+    return out;
+  }
+
   // Rows [0, n) from `rows`, [n, padded) padding: token 0 at position 0 into the sink page.
   // The host block mirrors the device one (tokens, positions, slots, steps, params at capacity
   // each); one copy moves it up to the end of the last array the step uses.
-  void stage_inputs(const StepRows& rows, std::int64_t padded, const StepSampling* sampling) {
+  void stage_inputs(const StepRows& rows, std::int64_t padded, const StepSampling* sampling,
+                    unsigned char* host_inputs) {
     const std::int64_t n = rows.size();
     const auto sink = static_cast<std::int32_t>(kv_pages_ * kv_.page_size);
-    auto* tokens = reinterpret_cast<std::int32_t*>(host_inputs_);
+    auto* tokens = reinterpret_cast<std::int32_t*>(host_inputs);
     std::int32_t* positions = tokens + capacity_;
     std::int32_t* slots = tokens + 2 * capacity_;
     auto* steps = reinterpret_cast<std::uint64_t*>(tokens + 3 * capacity_);
@@ -209,7 +266,7 @@ class CudaModelRunner final : public ModelRunner {
       positions[r] = real ? rows.positions[r] : 0;
       slots[r] = real && rows.slots[r] >= 0 ? rows.slots[r] : sink;
     }
-    std::size_t end = reinterpret_cast<unsigned char*>(slots + padded) - host_inputs_;
+    std::size_t end = reinterpret_cast<unsigned char*>(slots + padded) - host_inputs;
     if (sampling != nullptr) {
       HG_CHECK(static_cast<std::int64_t>(sampling->params.size()) == n &&
                    sampling->steps.size() == sampling->params.size(),
@@ -219,9 +276,9 @@ class CudaModelRunner final : public ModelRunner {
         params[r] = r < n ? sampling->params[r] : sample::SamplingParams{};
         steps[r] = r < n ? sampling->steps[r] : 0;
       }
-      end = reinterpret_cast<unsigned char*>(params + padded) - host_inputs_;
+      end = reinterpret_cast<unsigned char*>(params + padded) - host_inputs;
     }
-    HG_CUDA_CHECK(cudaMemcpyAsync(inputs_, host_inputs_, end, cudaMemcpyHostToDevice, stream_));
+    HG_CUDA_CHECK(cudaMemcpyAsync(inputs_, host_inputs, end, cudaMemcpyHostToDevice, stream_));
   }
 
   // The plan into the attention runner's buffers; a plan past its capacity makes a larger
@@ -301,16 +358,17 @@ class CudaModelRunner final : public ModelRunner {
   std::unique_ptr<cuda::PagedAttentionRunner> attention_;
   cuda::PlanCapacity attention_capacity_;
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t start_ = nullptr, stop_ = nullptr;
   // Step inputs: tokens, positions, slots (i32), steps (u64), params, capacity_ each; buffers_'
   // tokens, positions and slots are views of the device block.
   std::size_t inputs_bytes_ = 0;
-  unsigned char* host_inputs_ = nullptr;
   void* inputs_ = nullptr;
   std::uint64_t* steps_ = nullptr;  // in inputs_
   void* params_ = nullptr;          // in inputs_
+  std::array<Slot, 2> slots_;
+  int next_slot_ = 0;
+  std::deque<std::pair<int, std::int64_t>> in_flight_;  // launch_decode's steps: slot, rows
+  std::int64_t last_sampled_rows_ = -1;                 // rows of the step launched last (-1: it did not sample)
   // Step outputs: sampled tokens [capacity_], then their logprobs [capacity_].
-  std::int32_t* host_outputs_ = nullptr;
   std::int32_t* out_tokens_ = nullptr;
   float* out_logprobs_ = nullptr;  // out_tokens_ + capacity_
   GraphMap graphs_;

@@ -72,6 +72,8 @@ struct Engine::Sequence {
   std::vector<std::int32_t> pages;
   std::int64_t own_tokens = 0;  // tokens whose K/V is in `pages`
   std::int32_t next_token = 0;
+  int in_flight = 0;      // decode steps launched with it and not yet collected (overlap_steps)
+  bool finished = false;  // stopped, or done: its pages went back (a step in flight may hold it)
 
   std::int64_t context() const { return (leaf >= 0 ? shared_tokens : 0) + own_tokens; }
 };
@@ -85,7 +87,12 @@ Engine::Engine(ModelRunner& runner, EngineOptions options)
   options_.max_running = std::min(options_.max_running, runner_.max_step_rows());
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  try {
+    drain();  // nothing in flight refers to the sequences or buffers about to go
+  } catch (...) {
+  }
+}
 
 std::int64_t Engine::running() const { return static_cast<std::int64_t>(running_.size()); }
 std::int64_t Engine::waiting() const { return static_cast<std::int64_t>(waiting_.size()); }
@@ -197,7 +204,10 @@ std::int64_t Engine::admit_and_prefill() {
     admitted.push_back(&seq);
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
+    ++batch_;
   }
+  // Prefill and the copies below are steps of their own: the decode steps in flight first.
+  if (!admitted.empty()) drain();
   // New segments on the admitted paths, parents before children.
   std::vector<kv::NodeId> unfilled;
   for (const Sequence* seq : admitted)
@@ -330,7 +340,28 @@ bool Engine::all_continue_after_this_step() const {
   return true;
 }
 
+namespace {
+
+AttentionMode mode_of(AttentionChoice choice) {
+  return choice == AttentionChoice::hydragen ? AttentionMode::hydragen
+         : choice == AttentionChoice::paged  ? AttentionMode::paged
+                                             : AttentionMode::dense;
+}
+
+}  // namespace
+
 bool Engine::decode_step() {
+  if (!options_.overlap_steps) return decode_step_in_place();
+  if (in_flight_.empty() && running_.empty()) return false;
+  const auto start = Clock::now();
+  if (in_flight_.empty()) launch_decode(0);
+  if (next_step_can_follow()) launch_decode(1);
+  collect_decode();
+  stats_.decode_seconds += seconds_since(start);
+  return true;
+}
+
+bool Engine::decode_step_in_place() {
   if (running_.empty()) return false;
   const auto start = Clock::now();
   const int ps = pool_.page_size();
@@ -354,9 +385,7 @@ bool Engine::decode_step() {
   bool plan_prepared = false;  // handed to the runner's prepare_plan during the last step
   std::function<void()> plan_next;
   if (options_.attention != AttentionChoice::none) {
-    const AttentionMode mode = options_.attention == AttentionChoice::hydragen ? AttentionMode::hydragen
-                               : options_.attention == AttentionChoice::paged  ? AttentionMode::paged
-                                                                                : AttentionMode::dense;
+    const AttentionMode mode = mode_of(options_.attention);
     // The plan built during the last step is this step's only if the layout is the same one
     // (nobody finished, joined or skipped tokens since): a plan is a function of its layout.
     if (plan_ahead_ && plan_ahead_->layout == layout) {
@@ -380,28 +409,114 @@ bool Engine::decode_step() {
   const SampledTokens out = runner_.step(rows, plan ? &*plan : nullptr, &sampling, plan_next, plan_prepared);
 
   std::vector<std::unique_ptr<Sequence>> still;
-  for (std::size_t i = 0; i < running_.size(); ++i) {
-    Sequence& seq = *running_[i];
-    Completion& c = completions_[seq.completion];
-    seq.own_tokens += 1;
-    c.tokens.push_back(out.tokens[i]);
-    c.logprobs.push_back(out.logprobs[i]);
-    if (options_.on_token) options_.on_token(seq.completion, out.tokens[i]);
-    const auto& stops = seq.request->stop_token_ids;
-    if (std::find(stops.begin(), stops.end(), out.tokens[i]) != stops.end() || hit_stop_string(seq)) {
-      finish(seq, "stop");
-    } else if (static_cast<std::int64_t>(c.tokens.size()) >= seq.request->max_new_tokens) {
-      finish(seq, "length");
-    } else {
-      seq.next_token = out.tokens[i];
-      still.push_back(std::move(running_[i]));
-    }
-  }
+  for (std::size_t i = 0; i < running_.size(); ++i)
+    if (take_token(*running_[i], out.tokens[i], out.logprobs[i])) still.push_back(std::move(running_[i]));
+  if (still.size() != running_.size()) ++batch_;
   running_ = std::move(still);
   stats_.decode_tokens += static_cast<std::int64_t>(out.tokens.size());
   stats_.decode_steps += 1;
   stats_.decode_seconds += seconds_since(start);
   return true;
+}
+
+bool Engine::take_token(Sequence& seq, std::int32_t token, float logprob) {
+  Completion& c = completions_[seq.completion];
+  seq.own_tokens += 1;
+  c.tokens.push_back(token);
+  c.logprobs.push_back(logprob);
+  if (options_.on_token) options_.on_token(seq.completion, token);
+  const auto& stops = seq.request->stop_token_ids;
+  if (std::find(stops.begin(), stops.end(), token) != stops.end() || hit_stop_string(seq)) {
+    finish(seq, "stop");
+    return false;
+  }
+  if (static_cast<std::int64_t>(c.tokens.size()) >= seq.request->max_new_tokens) {
+    finish(seq, "length");
+    return false;
+  }
+  seq.next_token = token;
+  return true;
+}
+
+bool Engine::next_step_can_follow() const {
+  if (in_flight_.size() != 1 || in_flight_.back().batch != batch_ || running_.empty()) return false;
+  const int ps = pool_.page_size();
+  for (const auto& seq : running_) {
+    const auto made = static_cast<std::int64_t>(completions_[seq->completion].tokens.size()) + seq->in_flight;
+    if (made >= seq->request->max_new_tokens ||
+        ceil_div(seq->own_tokens + seq->in_flight + 1, ps) > static_cast<std::int64_t>(seq->pages.size()))
+      return false;
+  }
+  return true;
+}
+
+void Engine::launch_decode(int ahead) {
+  const int ps = pool_.page_size();
+  const attn::PagedLayout layout = decode_layout(ahead);
+  StepRows rows;
+  StepSampling sampling;
+  InFlight flight{{}, batch_};
+  std::int64_t stored = 0, per_sequence = 0;
+  for (const attn::PagedLayout::SegmentPages& seg : layout.segments) stored += seg.tokens;
+  for (const auto& seq : running_) {
+    rows.tokens.push_back(seq->next_token);  // (ahead 1: the runner takes the token from the step in flight)
+    rows.positions.push_back(static_cast<std::int32_t>(seq->context() + ahead));
+    rows.slots.push_back(slot_of(seq->pages, 0, seq->own_tokens + ahead, ps));
+    sampling.params.push_back(seq->params);
+    sampling.steps.push_back(completions_[seq->completion].tokens.size() + ahead);
+    stored += seq->own_tokens + 1 + ahead;
+    per_sequence += seq->context() + 1 + ahead;
+    flight.rows.push_back(seq.get());
+  }
+  if (per_sequence > stats_.per_sequence_tokens) stats_.stored_tokens = stored, stats_.per_sequence_tokens = per_sequence;
+  std::optional<attn::AttentionPlan> plan;
+  if (options_.attention != AttentionChoice::none) {
+    const AttentionMode mode = mode_of(options_.attention);
+    plan = attn::build_attention_plan(layout, runner_.plan_options(mode));
+  }
+  runner_.launch_decode(rows, plan ? &*plan : nullptr, sampling, ahead > 0);
+  for (Sequence* seq : flight.rows) seq->in_flight += 1;
+  in_flight_.push_back(std::move(flight));
+  stats_.overlapped_steps += ahead > 0 ? 1 : 0;
+}
+
+void Engine::collect_decode() {
+  const SampledTokens out = runner_.collect_decode();
+  const InFlight flight = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  HG_CHECK(out.tokens.size() == flight.rows.size(), "Engine: a decode step returned ", out.tokens.size(),
+           " tokens for ", flight.rows.size(), " rows");
+  bool left = false;
+  for (std::size_t i = 0; i < flight.rows.size(); ++i) {
+    Sequence& seq = *flight.rows[i];
+    seq.in_flight -= 1;
+    if (seq.finished) {  // it stopped at the step before this one: this row ran past its end
+      ++stats_.dropped_rows;
+      continue;
+    }
+    ++stats_.decode_tokens;
+    left |= !take_token(seq, out.tokens[i], out.logprobs[i]);
+  }
+  if (left) {
+    std::vector<std::unique_ptr<Sequence>> still;
+    for (auto& seq : running_) (seq->finished ? retired_ : still).push_back(std::move(seq));
+    running_ = std::move(still);
+    ++batch_;
+  }
+  std::erase_if(retired_, [](const std::unique_ptr<Sequence>& seq) { return seq->in_flight == 0; });
+  stats_.decode_steps += 1;
+}
+
+void Engine::drain() {
+  if (in_flight_.empty()) return;
+  const auto start = Clock::now();
+  while (!in_flight_.empty()) collect_decode();
+  stats_.decode_seconds += seconds_since(start);
+}
+
+void Engine::set_overlap_steps(bool on) {
+  if (!on) drain();
+  options_.overlap_steps = on;
 }
 
 bool Engine::hit_stop_string(const Sequence& seq) const {
@@ -420,6 +535,7 @@ bool Engine::hit_stop_string(const Sequence& seq) const {
 }
 
 void Engine::finish(Sequence& seq, const char* reason) {
+  seq.finished = true;
   completions_[seq.completion].finish_reason = reason;
   pool_.release(seq.pages);
   seq.pages.clear();
@@ -429,6 +545,7 @@ void Engine::finish(Sequence& seq, const char* reason) {
 }
 
 void Engine::skip_suffix_tokens(std::int64_t tokens) {
+  drain();
   for (const auto& seq : running_) {
     Completion& c = completions_[seq->completion];
     HG_CHECK(static_cast<std::int64_t>(c.tokens.size()) + tokens < seq->request->max_new_tokens,
@@ -442,7 +559,7 @@ void Engine::skip_suffix_tokens(std::int64_t tokens) {
 void Engine::run() {
   while (true) {
     admit_and_prefill();
-    if (running_.empty() && waiting_.empty()) return;
+    if (running_.empty() && waiting_.empty() && in_flight_.empty()) return;
     decode_step();
   }
 }

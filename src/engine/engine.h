@@ -58,7 +58,16 @@ struct EngineOptions {
   std::function<void(const Completion&)> on_finish;
   // Build the next decode step's attention plan while the device runs this one (used only
   // when the next step's layout turns out identical; off: every plan built in its own step).
+  // Only without overlap_steps, which builds every plan while the step before runs.
   bool plan_ahead = true;
+  // Launch the next decode step before collecting the one the device is running, its input
+  // tokens fed on the device (ModelRunner::launch_decode), so that the host's work between two
+  // steps (bookkeeping, the next layout, plan and inputs, the launch) runs under the device's
+  // and the device never waits for it. Only while the batch stays the same and every sequence
+  // has a next token to make: a sequence that stops at a stop token (which no one can foresee)
+  // is computed once more and that row dropped; a join, or a finish by length, runs the next
+  // step after the last is collected. The same tokens either way.
+  bool overlap_steps = true;
 };
 
 struct EngineStats {
@@ -71,6 +80,9 @@ struct EngineStats {
   // Decode steps whose plan was built during the step before (EngineOptions::plan_ahead), and
   // plans built ahead that the next step could not use (its layout had changed).
   std::int64_t plans_built_ahead = 0, plans_ahead_discarded = 0;
+  // Decode steps launched before the step before them was collected (EngineOptions::
+  // overlap_steps), and rows of such steps dropped because their sequence had stopped.
+  std::int64_t overlapped_steps = 0, dropped_rows = 0;
 };
 
 class Engine {
@@ -87,12 +99,19 @@ class Engine {
   // Admits waiting sequences while pages last and prefills their new segments.
   // Returns how many sequences are running.
   std::int64_t admit_and_prefill();
-  // One decode step over every running sequence; finished ones leave. False when idle.
+  // One decode step over every running sequence; finished ones leave. False when idle. With
+  // overlap_steps: collects one step (launching it first if none is in flight), and launches
+  // the next one before that when it can follow.
   bool decode_step();
+  // Collects every decode step in flight (overlap_steps).
+  void drain();
+  // Turns overlap_steps on or off (off: drains first).
+  void set_overlap_steps(bool on);
   // Admits and decodes until nothing waits or runs.
   void run();
   // Benchmarks: every running sequence gains `tokens` suffix tokens without computing them
   // (their K/V slots keep whatever the pool holds), to time a step at a later suffix length.
+  // Drains first.
   void skip_suffix_tokens(std::int64_t tokens);
   std::int64_t running() const;
   std::int64_t waiting() const;
@@ -112,6 +131,18 @@ class Engine {
   // Whether every running sequence takes part in the next decode step as well (none finishes
   // by length in this one, each has pages for it): only then is a plan built ahead.
   bool all_continue_after_this_step() const;
+  // decode_step without overlap_steps: build (or take the plan built ahead), run, collect.
+  bool decode_step_in_place();
+  // overlap_steps: launch a decode step of every running sequence, each `ahead` steps past
+  // the tokens it has (0, or 1 with the step before still in flight: its tokens come from it).
+  void launch_decode(int ahead);
+  // ... and collect the oldest step in flight: its tokens, stops and finishes.
+  void collect_decode();
+  // Whether the next step can be launched before the one in flight is collected: the batch
+  // is the one in flight and every sequence has a token to make after it.
+  bool next_step_can_follow() const;
+  // The completion bookkeeping of one sampled token; false when the sequence finished.
+  bool take_token(Sequence& seq, std::int32_t token, float logprob);
 
   ModelRunner& runner_;
   EngineOptions options_;
@@ -128,6 +159,15 @@ class Engine {
     attn::AttentionPlan plan;  // handed to the runner's prepare_plan when built
   };
   std::optional<PlanAhead> plan_ahead_;
+  // overlap_steps: the steps launched and not yet collected, oldest first, with their rows'
+  // sequences (a sequence that finished stays alive in retired_ until no step holds it).
+  struct InFlight {
+    std::vector<Sequence*> rows;
+    std::uint64_t batch = 0;  // batch_ when launched
+  };
+  std::deque<InFlight> in_flight_;
+  std::uint64_t batch_ = 0;  // changes whenever a sequence joins or leaves running_
+  std::vector<std::unique_ptr<Sequence>> retired_;
 };
 
 }  // namespace hydragen::engine

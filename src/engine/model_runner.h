@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <span>
@@ -69,10 +70,26 @@ class ModelRunner {
   // runner may do that plan's host-side upload work now (the CUDA runner packs it into pinned
   // staging); the next step says with plan_prepared whether its plan is this one.
   virtual void prepare_plan(const attn::AttentionPlan& plan) { (void)plan; }
+  // Overlapped decode (EngineOptions::overlap_steps). launch_decode enqueues a decode step
+  // and may return before it has run; collect_decode waits for the oldest step launched and
+  // not yet collected and returns its tokens. With tokens_from_last, row r's input token is
+  // the one the step launched just before sampled for its row r (it had the same rows, in the
+  // same order; rows.tokens is not read): a step can follow the last before its tokens reach
+  // the host. At most two steps are launched and not collected, and step() is called only
+  // when none is. The default runs step() at once and keeps its tokens (a runner that
+  // computes on the host).
+  virtual void launch_decode(const StepRows& rows, const attn::AttentionPlan* plan, const StepSampling& sampling,
+                             bool tokens_from_last);
+  virtual SampledTokens collect_decode();
   // K/V of slot src[i] copied to slot dst[i] in every layer (the dense mode's own copies).
   virtual void copy_slots(std::span<const std::int32_t> src, std::span<const std::int32_t> dst) = 0;
-  // Seconds of device time of the last step when the runner can tell (CUDA events), else -1.
+  // Seconds of device time of the last step when the runner can tell (CUDA events), else -1;
+  // with launch_decode, of the step collected last.
   virtual double last_step_device_seconds() const { return -1; }
+
+ private:
+  std::deque<SampledTokens> launched_;     // the default launch_decode's steps, not collected
+  std::vector<std::int32_t> last_tokens_;  // ... and the tokens of the one launched last
 };
 
 // The fp32 CPU runner over `weights` (f32 CPU tensors).

@@ -1,0 +1,33 @@
+// ModelRunner's default overlapped decode: the step runs at once (model_runner.h).
+#include "engine/model_runner.h"
+
+#include "hydragen/error.h"
+
+namespace hydragen::engine {
+
+void ModelRunner::launch_decode(const StepRows& rows, const attn::AttentionPlan* plan, const StepSampling& sampling,
+                                bool tokens_from_last) {
+  HG_CHECK(launched_.size() < 2, "ModelRunner::launch_decode: two steps in flight already");
+  const StepRows* input = &rows;
+  StepRows fed;
+  if (tokens_from_last) {
+    HG_CHECK(!launched_.empty() && static_cast<std::int64_t>(last_tokens_.size()) == rows.size(),
+             "ModelRunner::launch_decode: tokens_from_last needs the step before in flight with as many rows (",
+             last_tokens_.size(), " for ", rows.size(), ")");
+    fed = rows;
+    fed.tokens = last_tokens_;
+    input = &fed;
+  }
+  SampledTokens out = step(*input, plan, &sampling, {}, false);
+  last_tokens_ = out.tokens;
+  launched_.push_back(std::move(out));
+}
+
+SampledTokens ModelRunner::collect_decode() {
+  HG_CHECK(!launched_.empty(), "ModelRunner::collect_decode: no step in flight");
+  SampledTokens out = std::move(launched_.front());
+  launched_.pop_front();
+  return out;
+}
+
+}  // namespace hydragen::engine
