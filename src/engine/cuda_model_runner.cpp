@@ -97,7 +97,7 @@ class CudaModelRunner final : public ModelRunner {
 
   ~CudaModelRunner() override {
     cudaStreamSynchronize(stream_);  // (steps launched and never collected)
-    for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+    destroy_graphs();
     cudaFree(inputs_), cudaFree(out_tokens_);
     for (Slot& slot : slots_) {
       cudaFreeHost(slot.host_inputs), cudaFreeHost(slot.host_outputs);
@@ -171,7 +171,10 @@ class CudaModelRunner final : public ModelRunner {
   }
 
  private:
-  using GraphMap = std::map<std::pair<std::int64_t, int>, cudaGraphExec_t>;
+  // Two executable copies of each captured step, one per slot: a step launched while the one
+  // before it runs is another exec than that one's (a launch of an exec still running waits
+  // for it on the device before it starts; perf-notes e16).
+  using GraphMap = std::map<std::pair<std::int64_t, int>, std::array<cudaGraphExec_t, 2>>;
 
   // Two of these, used in turn by the steps launched (launch, collect).
   struct Slot {
@@ -216,7 +219,7 @@ class CudaModelRunner final : public ModelRunner {
       const std::pair<std::int64_t, int> key{padded, plan ? attention_->launch_variant() : -1};
       auto it = graphs_.find(key);
       if (it == graphs_.end()) it = capture(key, plan != nullptr);
-      if (it != graphs_.end()) HG_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+      if (it != graphs_.end()) HG_CUDA_CHECK(cudaGraphLaunch(it->second[k], stream_));
       else enqueue(padded, plan != nullptr, true);  // capture failed: eager from now on
     } else {
       enqueue(padded, plan != nullptr, sampling != nullptr);
@@ -293,8 +296,7 @@ class CudaModelRunner final : public ModelRunner {
       attention_capacity_ = old.max({grow(need.pages), grow(need.pieces), grow(need.rows), grow(need.shared_items),
                                      grow(need.suffix_items), grow(need.groups), grow(need.state_entries)});
       HG_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
-      graphs_.clear();
+      destroy_graphs();
       attention_ = std::make_unique<cuda::PagedAttentionRunner>(
           DType::bf16, static_cast<int>(config().head_dim), static_cast<int>(config().num_heads),
           static_cast<int>(config().num_kv_heads), attention_capacity_, tile_rows);
@@ -326,9 +328,15 @@ class CudaModelRunner final : public ModelRunner {
       cuda::sample_rows(buffers_.logits.slice(0, 0, rows), params_, steps_, out_tokens_, out_logprobs_, stream_);
   }
 
+  void destroy_graphs() {
+    for (auto& [key, execs] : graphs_)
+      for (cudaGraphExec_t exec : execs) cudaGraphExecDestroy(exec);
+    graphs_.clear();
+  }
+
   GraphMap::iterator capture(std::pair<std::int64_t, int> key, bool attend) {
     cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
+    std::array<cudaGraphExec_t, 2> exec{};
     HG_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     try {
       enqueue(key.first, attend, true);
@@ -338,10 +346,12 @@ class CudaModelRunner final : public ModelRunner {
       throw;
     }
     const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
-    if (ended != cudaSuccess || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
+    if (ended != cudaSuccess || cudaGraphInstantiate(&exec[0], graph, 0) != cudaSuccess ||
+        cudaGraphInstantiate(&exec[1], graph, 0) != cudaSuccess) {
       std::fprintf(stderr, "warning: CUDA graph capture failed (%s); decoding without graphs\n",
                    cudaGetErrorString(ended != cudaSuccess ? ended : cudaGetLastError()));
       cudaGetLastError();
+      if (exec[0]) cudaGraphExecDestroy(exec[0]);
       if (graph) cudaGraphDestroy(graph);
       graphs_ok_ = false;
       return graphs_.end();
