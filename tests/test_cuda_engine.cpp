@@ -48,6 +48,7 @@ TEST(CudaEngine, GreedyEqualsTransformersInEveryModeWithAndWithoutGraphs) {
           engine::EngineOptions options = with(mode);
           options.prefill_chunk_tokens = chunk;
           const auto out = test::run_engine(*runner, requests, options);
+          EXPECT_EQ(runner->decodes_with_graphs(), graphs) << "a capture failed";
           for (std::size_t i = 0; i < out.size(); ++i)
             EXPECT_EQ(out[i].tokens, expected[i]) << engine::choice_name(mode) << " graphs " << graphs << " page "
                                                   << page_size << " chunk " << chunk << " prompt " << i;
@@ -76,6 +77,7 @@ TEST(CudaEngine, SharedPromptBatchAgreesAcrossModesAndGraphs) {
     auto eager = cuda_runner(m, false), graphed = cuda_runner(m, true);
     const auto out = test::run_engine(*eager, requests, with(mode));
     const auto replayed = test::run_engine(*graphed, requests, with(mode));
+    EXPECT_TRUE(graphed->decodes_with_graphs()) << engine::choice_name(mode) << ": a capture failed";
     for (std::size_t i = 0; i < out.size(); ++i)
       EXPECT_EQ(replayed[i].tokens, out[i].tokens) << engine::choice_name(mode) << " graphs vs eager, seq " << i;
     if (mode == AttentionChoice::hydragen) {
@@ -149,6 +151,7 @@ TEST(CudaEngine, OverlappedStepsEqualStepByStep) {
           options.max_running = 16;
           engine::Engine engine(*runner, options);
           auto out = engine.generate(requests);
+          EXPECT_EQ(runner->decodes_with_graphs(), graphs) << what << ": a capture failed";
           stats = engine.stats();
           return out;
         };

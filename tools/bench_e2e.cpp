@@ -194,6 +194,7 @@ PointResult time_generation(engine::ModelRunner& runner, engine::AttentionChoice
     row["sample_steps"] = points;
   }
   row["step_ms"] = mean * 1e3;
+  row["cuda_graphs"] = runner.decodes_with_graphs();
   row["decode_s"] = mean * double(steps);
   if (timed_step.device_seconds > 0) row["device_step_ms"] = timed_step.device_seconds / timed_step.steps * 1e3;
   row["tokens_per_s"] = double(batch) / mean;
@@ -398,7 +399,9 @@ void run_e2e(const E2eOptions& o) {
                           ? std::to_string(row["speedup_vs_paged"].get<double>()).substr(0, 6).c_str()
                           : "-",
                       skipped ? row["skip_reason"].get<std::string>().c_str()
-                              : (row["sampled"].get<bool>() ? "sampled" : ""));
+                              : (std::string(row["sampled"].get<bool>() ? "sampled " : "") +
+                                 (o.device == "cuda" && !row["cuda_graphs"].get<bool>() ? "no-graphs" : ""))
+                                    .c_str());
           std::fflush(stdout);
           rows.push_back(row);
         }

@@ -125,6 +125,7 @@ class CudaModelRunner final : public ModelRunner {
     return *cached;
   }
   double last_step_device_seconds() const override { return last_device_seconds_; }
+  bool decodes_with_graphs() const override { return options_.cuda_graphs && graphs_ok_ && !graphs_.empty(); }
   std::int64_t max_step_rows() const override { return capacity_; }
 
   SampledTokens step(const StepRows& rows, const attn::AttentionPlan* plan, const StepSampling* sampling,
@@ -334,30 +335,36 @@ class CudaModelRunner final : public ModelRunner {
     graphs_.clear();
   }
 
+  // Captures the step twice (two graphs: a graph whose captured work allocates -- cuBLAS's
+  // workspace -- may have one executable at a time) and instantiates each.
   GraphMap::iterator capture(std::pair<std::int64_t, int> key, bool attend) {
-    cudaGraph_t graph = nullptr;
-    std::array<cudaGraphExec_t, 2> exec{};
-    HG_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    try {
-      enqueue(key.first, attend, true);
-    } catch (...) {
-      cudaStreamEndCapture(stream_, &graph);
+    std::array<cudaGraphExec_t, 2> execs{};
+    for (cudaGraphExec_t& exec : execs) {
+      cudaGraph_t graph = nullptr;
+      HG_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      try {
+        enqueue(key.first, attend, true);
+      } catch (...) {
+        cudaStreamEndCapture(stream_, &graph);
+        if (graph) cudaGraphDestroy(graph);
+        for (cudaGraphExec_t e : execs)
+          if (e) cudaGraphExecDestroy(e);
+        throw;
+      }
+      const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+      const cudaError_t made = ended == cudaSuccess ? cudaGraphInstantiate(&exec, graph, 0) : ended;
       if (graph) cudaGraphDestroy(graph);
-      throw;
+      if (made != cudaSuccess) {
+        std::fprintf(stderr, "warning: CUDA graph capture failed (%s); decoding without graphs\n",
+                     cudaGetErrorString(made));
+        cudaGetLastError();
+        for (cudaGraphExec_t e : execs)
+          if (e) cudaGraphExecDestroy(e);
+        graphs_ok_ = false;
+        return graphs_.end();
+      }
     }
-    const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
-    if (ended != cudaSuccess || cudaGraphInstantiate(&exec[0], graph, 0) != cudaSuccess ||
-        cudaGraphInstantiate(&exec[1], graph, 0) != cudaSuccess) {
-      std::fprintf(stderr, "warning: CUDA graph capture failed (%s); decoding without graphs\n",
-                   cudaGetErrorString(ended != cudaSuccess ? ended : cudaGetLastError()));
-      cudaGetLastError();
-      if (exec[0]) cudaGraphExecDestroy(exec[0]);
-      if (graph) cudaGraphDestroy(graph);
-      graphs_ok_ = false;
-      return graphs_.end();
-    }
-    cudaGraphDestroy(graph);
-    return graphs_.emplace(key, exec).first;
+    return graphs_.emplace(key, execs).first;
   }
 
   LlamaCuda model_;

@@ -86,6 +86,8 @@ class ModelRunner {
   // Seconds of device time of the last step when the runner can tell (CUDA events), else -1;
   // with launch_decode, of the step collected last.
   virtual double last_step_device_seconds() const { return -1; }
+  // Whether decode steps replay captured CUDA graphs (they have, and capture has not failed).
+  virtual bool decodes_with_graphs() const { return false; }
 
  private:
   std::deque<SampledTokens> launched_;     // the default launch_decode's steps, not collected
