@@ -479,6 +479,58 @@ TEST(Engine, OverlappedStepsGiveTheSameTokens) {
   }
 }
 
+// Overlapped steps run the same device work as step-by-step ones where the batch holds: a
+// runner that records every decode step's rows and plan sees the same sequence in both modes
+// (eight sequences of one length under a shared prompt, no stops).
+class StepRecorder final : public ForwardingRunner {
+ public:
+  using ForwardingRunner::ForwardingRunner;
+  engine::SampledTokens step(const StepRows& rows, const attn::AttentionPlan* plan,
+                             const engine::StepSampling* sampling, const std::function<void()>& while_running,
+                             bool plan_prepared) override {
+    if (sampling != nullptr) record(rows, plan);
+    return inner_->step(rows, plan, sampling, while_running, plan_prepared);
+  }
+  void launch_decode(const StepRows& rows, const attn::AttentionPlan* plan, const engine::StepSampling& sampling,
+                     bool tokens_from_last) override {
+    record(rows, plan);
+    inner_->launch_decode(rows, plan, sampling, tokens_from_last);
+  }
+  std::vector<std::string> steps;  // positions, slots and the plan's arrays, as bytes
+
+ private:
+  void record(const StepRows& rows, const attn::AttentionPlan* plan) {
+    std::string bytes;
+    auto put = [&](const auto& v) {
+      bytes.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(v[0]));
+      bytes += '|';
+    };
+    put(rows.positions), put(rows.slots);
+    if (plan != nullptr) {
+      put(plan->pages), put(plan->pieces), put(plan->rows), put(plan->shared_items), put(plan->suffix_items);
+      put(plan->groups);
+    }
+    steps.push_back(std::move(bytes));
+  }
+};
+
+TEST(Engine, OverlappedStepsRunTheSamePlans) {
+  const test::FixtureModel m = test::load_fixture_model("tiny-llama");
+  std::mt19937 rng(13);
+  const std::vector<std::int32_t> shared = test::random_tokens(rng, 80, 512);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 4; ++i) requests.push_back(test::greedy_request(test::extended(shared, rng, 3 + i), 12, 2));
+  for (AttentionChoice attention : {AttentionChoice::hydragen, AttentionChoice::paged}) {
+    StepRecorder overlapped(cpu_runner(m, 1024)), in_place(cpu_runner(m, 1024));
+    engine::EngineOptions options = with(attention);
+    test::run_engine(overlapped, requests, options);
+    options.overlap_steps = false;
+    test::run_engine(in_place, requests, options);
+    EXPECT_EQ(overlapped.steps.size(), 12u) << engine::choice_name(attention);
+    EXPECT_TRUE(overlapped.steps == in_place.steps) << engine::choice_name(attention);
+  }
+}
+
 // Steps in flight are collected before anything else touches the batch or the runner: a
 // skip of suffix tokens, turning overlap off, and the engine's end. The tokens collected on the
 // way are kept.
