@@ -12,7 +12,9 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <deque>
 #include <map>
 #include <optional>
@@ -205,15 +207,18 @@ class CudaModelRunner final : public ModelRunner {
     const int k = next_slot_;
     next_slot_ ^= 1;
     Slot& slot = slots_[k];
-    stage_inputs(rows, padded, sampling, slot.host_inputs);
+    // Host work first: the inputs and the plan packed into pinned staging.
+    const std::size_t input_bytes = stage_inputs(rows, padded, sampling, slot.host_inputs);
+    if (plan != nullptr && !(plan_prepared && attention_ && attention_->has_prepared()))
+      prepare_upload(*plan);  // (else packed during the last step: prepare_plan)
+    // HYDRAGEN_LATE_LAUNCH=1 (A/B): a step that follows one in flight is enqueued only once
+    // that one's kernels are done, so its graph never waits queued behind the last.
+    if (tokens_from_last && late_launch_) HG_CUDA_CHECK(cudaEventSynchronize(slots_[k ^ 1].stop));
+    HG_CUDA_CHECK(cudaMemcpyAsync(inputs_, slot.host_inputs, input_bytes, cudaMemcpyHostToDevice, stream_));
     if (tokens_from_last)
       HG_CUDA_CHECK(cudaMemcpyAsync(buffers_.tokens.raw(), out_tokens_, n * sizeof(std::int32_t),
                                     cudaMemcpyDeviceToDevice, stream_));
-    if (plan != nullptr && plan_prepared && attention_ && attention_->has_prepared()) {
-      attention_->upload_prepared(stream_);  // packed during the last step (prepare_plan)
-    } else if (plan != nullptr) {
-      upload(*plan);
-    }
+    if (plan != nullptr) attention_->upload_prepared(stream_);  // one asynchronous copy on the step's stream
 
     HG_CUDA_CHECK(cudaEventRecord(slot.start, stream_));
     if (graphed) {
@@ -254,9 +259,9 @@ class CudaModelRunner final : public ModelRunner {
 
   // Rows [0, n) from `rows`, [n, padded) padding: token 0 at position 0 into the sink page.
   // The host block mirrors the device one (tokens, positions, slots, steps, params at capacity
-  // each); one copy moves it up to the end of the last array the step uses.
-  void stage_inputs(const StepRows& rows, std::int64_t padded, const StepSampling* sampling,
-                    unsigned char* host_inputs) {
+  // each); one copy moves it up to the end of the last array the step uses: returns its bytes.
+  std::size_t stage_inputs(const StepRows& rows, std::int64_t padded, const StepSampling* sampling,
+                           unsigned char* host_inputs) {
     const std::int64_t n = rows.size();
     const auto sink = static_cast<std::int32_t>(kv_pages_ * kv_.page_size);
     auto* tokens = reinterpret_cast<std::int32_t*>(host_inputs);
@@ -282,13 +287,13 @@ class CudaModelRunner final : public ModelRunner {
       }
       end = reinterpret_cast<unsigned char*>(params + padded) - host_inputs;
     }
-    HG_CUDA_CHECK(cudaMemcpyAsync(inputs_, host_inputs, end, cudaMemcpyHostToDevice, stream_));
+    return end;
   }
 
-  // The plan into the attention runner's buffers; a plan past its capacity makes a larger
-  // runner (and drops the graphs that captured the old one's buffers). A plan prepared and
-  // not used is replaced (PagedAttentionRunner::upload prepares this one in its place).
-  void upload(const attn::AttentionPlan& plan) {
+  // The plan packed for the attention runner's buffers (its upload_prepared copies it); a plan
+  // past its capacity makes a larger runner (and drops the graphs that captured the old one's
+  // buffers). A plan prepared and not used is replaced.
+  void prepare_upload(const attn::AttentionPlan& plan) {
     const cuda::PlanCapacity need = cuda::PlanCapacity::of(plan);
     const int tile_rows = plan_options(AttentionMode::hydragen).shared_tile_rows;
     if (!attention_ || !attention_capacity_.holds(need)) {
@@ -302,7 +307,7 @@ class CudaModelRunner final : public ModelRunner {
           DType::bf16, static_cast<int>(config().head_dim), static_cast<int>(config().num_heads),
           static_cast<int>(config().num_kv_heads), attention_capacity_, tile_rows);
     }
-    attention_->upload(plan, stream_);  // one asynchronous copy on the step's stream
+    attention_->prepare(plan);
   }
 
   void enqueue(std::int64_t rows, bool attend, bool sample) {
@@ -390,6 +395,10 @@ class CudaModelRunner final : public ModelRunner {
   float* out_logprobs_ = nullptr;  // out_tokens_ + capacity_
   GraphMap graphs_;
   bool graphs_ok_ = true;
+  const bool late_launch_ = [] {
+    const char* env = std::getenv("HYDRAGEN_LATE_LAUNCH");
+    return env != nullptr && std::string(env) == "1";
+  }();
   mutable std::array<std::optional<attn::PlanOptions>, 3> plan_options_;  // per AttentionMode
   double last_device_seconds_ = -1;
 };
