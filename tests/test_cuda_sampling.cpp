@@ -98,12 +98,13 @@ RowPlan plan_rows(const Tensor& logits, std::uint64_t seed) {
 #ifdef HYDRAGEN_WITH_CUDA
 // Device copies of the row plan: params as raw bytes, steps as u64, outputs poisoned.
 struct DeviceRows {
-  Tensor params, steps, tokens, logprobs;
+  Tensor params, steps, tokens, logprobs, tokens_copy;
   explicit DeviceRows(std::int64_t rows)
       : params(Tensor::empty({rows, static_cast<std::int64_t>(sizeof(SamplingParams) / 4)}, DType::i32, Device::cuda)),
         steps(Tensor::empty({rows, 2}, DType::i32, Device::cuda)),
         tokens(Tensor::empty({rows}, DType::i32, Device::cuda)),
-        logprobs(Tensor::empty({rows}, DType::f32, Device::cuda)) {}
+        logprobs(Tensor::empty({rows}, DType::f32, Device::cuda)),
+        tokens_copy(Tensor::empty({rows}, DType::i32, Device::cuda)) {}
 
   void upload(const RowPlan& plan) {
     params.copy_from(Tensor::wrap(const_cast<SamplingParams*>(plan.params.data()), params.shape(), DType::i32));
@@ -111,12 +112,19 @@ struct DeviceRows {
     std::vector<std::int32_t> minus_one(static_cast<std::size_t>(tokens.numel()), -1);
     std::vector<float> nan(static_cast<std::size_t>(tokens.numel()), NAN);
     tokens.copy_from(Tensor::wrap(minus_one.data(), tokens.shape(), DType::i32));
+    tokens_copy.copy_from(Tensor::wrap(minus_one.data(), tokens.shape(), DType::i32));
     logprobs.copy_from(Tensor::wrap(nan.data(), logprobs.shape(), DType::f32));
   }
+  // tokens_copy on every other run, so both calls are covered (expect_matches_cpu checks it; a
+  // graph's replays repeat the captured run's choice).
   void run(const Tensor& device_logits, void* stream = nullptr) {
+    copies = runs++ % 2 == 0;
     cuda::sample_rows(device_logits, params.raw(), static_cast<const std::uint64_t*>(steps.raw()),
-                      tokens.data<std::int32_t>(), logprobs.data<float>(), stream);
+                      tokens.data<std::int32_t>(), logprobs.data<float>(), stream,
+                      copies ? tokens_copy.data<std::int32_t>() : nullptr);
   }
+  int runs = 0;
+  bool copies = false;  // the last run wrote tokens_copy
 };
 
 // The device's tokens and logprobs against the CPU twin's.
@@ -138,6 +146,11 @@ void expect_matches_cpu(const Tensor& logits, const RowPlan& plan, const DeviceR
     EXPECT_NEAR(device_logprobs.data<float>()[r], logprobs[r], 1e-4) << row;
   }
   EXPECT_EQ(token_mismatches, 0) << label;
+  // The second output holds the same tokens where the run wrote it, and is untouched (-1) where not.
+  const Tensor copied = device.tokens_copy.to(Device::cpu);
+  for (std::size_t r = 0; r < rows; ++r)
+    EXPECT_EQ(copied.data<std::int32_t>()[r], device.copies ? device_tokens.data<std::int32_t>()[r] : -1)
+        << label << " row " << r << ": tokens_copy";
 }
 #endif
 

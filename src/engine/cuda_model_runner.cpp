@@ -12,9 +12,7 @@
 
 #include <array>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <string>
 #include <deque>
 #include <map>
 #include <optional>
@@ -189,9 +187,9 @@ class CudaModelRunner final : public ModelRunner {
 
   // Enqueues a step in the next slot and returns the slot. That slot's last step has been
   // collected: at most two steps are launched and not collected, and they are collected in
-  // order. tokens_from_last: the first rows.size() input tokens are copied on the device from
-  // the last step's sampled tokens (still in out_tokens_: this step's kernels run after that
-  // copy, and after the last step's copy out).
+  // order. tokens_from_last: the input tokens are the ones the last step's sampling wrote into
+  // the input block (sample_rows' tokens_copy; the host's copy of the block skips them), so no
+  // copy stands between the two steps on the device.
   int launch(const StepRows& rows, const attn::AttentionPlan* plan, const StepSampling* sampling, bool plan_prepared,
              bool tokens_from_last) {
     check_step_rows(rows, config(), kv_, plan);
@@ -211,13 +209,11 @@ class CudaModelRunner final : public ModelRunner {
     const std::size_t input_bytes = stage_inputs(rows, padded, sampling, slot.host_inputs);
     if (plan != nullptr && !(plan_prepared && attention_ && attention_->has_prepared()))
       prepare_upload(*plan);  // (else packed during the last step: prepare_plan)
-    // HYDRAGEN_LATE_LAUNCH=1 (A/B): a step that follows one in flight is enqueued only once
-    // that one's kernels are done, so its graph never waits queued behind the last.
-    if (tokens_from_last && late_launch_) HG_CUDA_CHECK(cudaEventSynchronize(slots_[k ^ 1].stop));
-    HG_CUDA_CHECK(cudaMemcpyAsync(inputs_, slot.host_inputs, input_bytes, cudaMemcpyHostToDevice, stream_));
-    if (tokens_from_last)
-      HG_CUDA_CHECK(cudaMemcpyAsync(buffers_.tokens.raw(), out_tokens_, n * sizeof(std::int32_t),
-                                    cudaMemcpyDeviceToDevice, stream_));
+    // The input block from the host; after a step in flight, from its positions on: that step's
+    // sampling wrote its tokens into the block's tokens (sample_rows' tokens_copy).
+    const std::size_t skip = tokens_from_last ? capacity_ * sizeof(std::int32_t) : 0;
+    HG_CUDA_CHECK(cudaMemcpyAsync(static_cast<unsigned char*>(inputs_) + skip, slot.host_inputs + skip,
+                                  input_bytes - skip, cudaMemcpyHostToDevice, stream_));
     if (plan != nullptr) attention_->upload_prepared(stream_);  // one asynchronous copy on the step's stream
 
     HG_CUDA_CHECK(cudaEventRecord(slot.start, stream_));
@@ -331,7 +327,8 @@ class CudaModelRunner final : public ModelRunner {
     }
     model_.forward_rows(rows, buffers_, k_slots, v_slots, attention, sample, stream_);
     if (sample)
-      cuda::sample_rows(buffers_.logits.slice(0, 0, rows), params_, steps_, out_tokens_, out_logprobs_, stream_);
+      cuda::sample_rows(buffers_.logits.slice(0, 0, rows), params_, steps_, out_tokens_, out_logprobs_, stream_,
+                        buffers_.tokens.data<std::int32_t>());  // the next step's inputs, if it follows on the device
   }
 
   void destroy_graphs() {
@@ -395,10 +392,6 @@ class CudaModelRunner final : public ModelRunner {
   float* out_logprobs_ = nullptr;  // out_tokens_ + capacity_
   GraphMap graphs_;
   bool graphs_ok_ = true;
-  const bool late_launch_ = [] {
-    const char* env = std::getenv("HYDRAGEN_LATE_LAUNCH");
-    return env != nullptr && std::string(env) == "1";
-  }();
   mutable std::array<std::optional<attn::PlanOptions>, 3> plan_options_;  // per AttentionMode
   double last_device_seconds_ = -1;
 };

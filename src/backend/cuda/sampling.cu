@@ -524,7 +524,7 @@ __device__ int sample_kept(const Row& x, int n, float tau_a, float m, const Samp
 template <bool kCached>
 __global__ void __launch_bounds__(kThreads, 1)
     sample_rows_kernel(const float* logits, int vocab, const SamplingParams* params, const std::uint64_t* steps,
-                       std::int32_t* tokens, float* logprobs) {
+                       std::int32_t* tokens, float* logprobs, std::int32_t* tokens_copy) {
   extern __shared__ float cached[];
   __shared__ SelectScratch<int> count_scratch;
   __shared__ SelectScratch<Mass> mass_scratch;
@@ -554,6 +554,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const auto finish = [&](int token) {
     if (threadIdx.x == 0) {
       tokens[row] = token;
+      if (tokens_copy != nullptr) tokens_copy[row] = token;
       logprobs[row] = raw[token] - log_normalizer;
     }
   };
@@ -616,7 +617,7 @@ int cached_row_capacity() {
 }  // namespace
 
 void sample_rows(const Tensor& logits, const void* params, const std::uint64_t* steps, std::int32_t* tokens,
-                 float* logprobs, void* stream) {
+                 float* logprobs, void* stream, std::int32_t* tokens_copy) {
   HG_CHECK(logits.defined() && logits.device() == Device::cuda && logits.dtype() == DType::f32 &&
                logits.rank() == 2 && logits.is_contiguous() && logits.size(1) > 0,
            "cuda::sample_rows: logits must be a contiguous CUDA f32 tensor [rows, vocab] with vocab >= 1, got ",
@@ -636,10 +637,10 @@ void sample_rows(const Tensor& logits, const void* params, const std::uint64_t* 
   if (vocab <= cached_row_capacity()) {
     const std::size_t bytes = static_cast<std::size_t>(vocab) * sizeof(float);
     sample_rows_kernel<true><<<grid, kThreads, bytes, cuda_stream>>>(
-        logits.data<float>(), static_cast<int>(vocab), device_params, steps, tokens, logprobs);
+        logits.data<float>(), static_cast<int>(vocab), device_params, steps, tokens, logprobs, tokens_copy);
   } else {
-    sample_rows_kernel<false><<<grid, kThreads, 0, cuda_stream>>>(logits.data<float>(), static_cast<int>(vocab),
-                                                                  device_params, steps, tokens, logprobs);
+    sample_rows_kernel<false><<<grid, kThreads, 0, cuda_stream>>>(
+        logits.data<float>(), static_cast<int>(vocab), device_params, steps, tokens, logprobs, tokens_copy);
   }
   HG_CUDA_CHECK(cudaGetLastError());
 }
