@@ -243,6 +243,22 @@ TEST(Engine, StopsAtStopTokensAndStringsAndLength) {
   EXPECT_EQ(out[2].tokens.size(), 3u);
 }
 
+// 12 requests under one 90-token prompt, 19 sequences: lengths 6..22, every third sampled,
+// every fourth stopped by any even token (most likely within a few steps, while others run on).
+std::vector<GenerationRequest> stopping_sampled_requests(std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  const std::vector<std::int32_t> shared = test::random_tokens(rng, 90, 512);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 12; ++i) {
+    GenerationRequest r = test::greedy_request(test::extended(shared, rng, 1 + i % 9), 6 + (i * 5) % 17, 1 + i % 2);
+    if (i % 3 == 1) r.sampling = {0.8f, 30, 0.9f, 0.0f, static_cast<std::uint64_t>(100 + i)};
+    if (i % 4 == 2)
+      for (std::int32_t id = 0; id < 512; id += 2) r.stop_token_ids.push_back(id);
+    requests.push_back(std::move(r));
+  }
+  return requests;
+}
+
 // EngineOptions::plan_ahead: the next step's plan is built during the current step and used
 // only when the next step's layout is the same. Sequences that finish at different steps (by
 // length and at stop tokens, which no plan can foresee), more requests than max_running
@@ -250,16 +266,7 @@ TEST(Engine, StopsAtStopTokensAndStringsAndLength) {
 // with and without it, and both outcomes occur (plans used; plans discarded after a stop).
 TEST(Engine, PlansBuiltAheadGiveTheSameTokens) {
   const test::FixtureModel m = test::load_fixture_model("tiny-llama");
-  std::mt19937 rng(5);
-  const std::vector<std::int32_t> shared = test::random_tokens(rng, 90, 512);
-  std::vector<GenerationRequest> requests;
-  for (int i = 0; i < 12; ++i) {
-    GenerationRequest r = test::greedy_request(test::extended(shared, rng, 1 + i % 9), 6 + (i * 5) % 17, 1 + i % 2);
-    if (i % 3 == 1) r.sampling = {0.8f, 30, 0.9f, 0.0f, static_cast<std::uint64_t>(100 + i)};
-    if (i % 4 == 2)  // an even token stops it: most likely within a few steps, while others run on
-      for (std::int32_t id = 0; id < 512; id += 2) r.stop_token_ids.push_back(id);
-    requests.push_back(std::move(r));
-  }
+  const std::vector<GenerationRequest> requests = stopping_sampled_requests(5);
   auto run = [&](bool ahead, EngineStats& stats) {
     auto runner = cpu_runner(m, 1024);
     engine::EngineOptions options;
@@ -426,16 +433,7 @@ class OverlapChecker final : public ForwardingRunner {
 // every kind of step occurs.
 TEST(Engine, OverlappedStepsGiveTheSameTokens) {
   const test::FixtureModel m = test::load_fixture_model("tiny-llama");
-  std::mt19937 rng(11);
-  const std::vector<std::int32_t> shared = test::random_tokens(rng, 90, 512);
-  std::vector<GenerationRequest> requests;
-  for (int i = 0; i < 12; ++i) {
-    GenerationRequest r = test::greedy_request(test::extended(shared, rng, 1 + i % 9), 6 + (i * 5) % 17, 1 + i % 2);
-    if (i % 3 == 1) r.sampling = {0.8f, 30, 0.9f, 0.0f, static_cast<std::uint64_t>(100 + i)};
-    if (i % 4 == 2)  // an even token stops it: most likely within a few steps, while others run on
-      for (std::int32_t id = 0; id < 512; id += 2) r.stop_token_ids.push_back(id);
-    requests.push_back(std::move(r));
-  }
+  const std::vector<GenerationRequest> requests = stopping_sampled_requests(11);
   for (AttentionChoice attention : {AttentionChoice::hydragen, AttentionChoice::paged}) {
     SCOPED_TRACE(engine::choice_name(attention));
     auto run = [&](engine::ModelRunner& runner, bool overlap, EngineStats& stats,
