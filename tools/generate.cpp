@@ -268,12 +268,13 @@ GenerateSummary run_generate(const GenerateOptions& o, std::FILE* out, std::FILE
   const double kv_gib = double(st.peak_kv_pages) * runner->page_size() * runner->kv_bytes_per_token() / 1073741824.0;
   std::fprintf(log,
                "generate: %lld completions (%lld errors), %lld tokens on %s, %s attention\n"
-               "  decode:  %lld tokens in %lld steps, %.3f s, %.1f tok/s\n"
+               "  decode:  %lld tokens in %lld steps (%lld overlapped, %lld rows past a stop dropped), %.3f s, %.1f tok/s\n"
                "  prefill: %lld tokens, %.3f s\n"
                "  KV:      peak %.3f GiB (%lld pages of %d tokens); tokens stored once %lld vs %lld per sequence (%.1fx)\n",
                static_cast<long long>(summary.completions), static_cast<long long>(summary.errors),
                static_cast<long long>(summary.tokens), runner->device_name().c_str(), engine::choice_name(attention),
-               static_cast<long long>(st.decode_tokens), static_cast<long long>(st.decode_steps), st.decode_seconds,
+               static_cast<long long>(st.decode_tokens), static_cast<long long>(st.decode_steps),
+               static_cast<long long>(st.overlapped_steps), static_cast<long long>(st.dropped_rows), st.decode_seconds,
                st.decode_seconds > 0 ? st.decode_tokens / st.decode_seconds : 0.0,
                static_cast<long long>(st.prefill_tokens), st.prefill_seconds, kv_gib,
                static_cast<long long>(st.peak_kv_pages), runner->page_size(), static_cast<long long>(st.stored_tokens),
