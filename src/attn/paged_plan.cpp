@@ -50,6 +50,17 @@ void validate_layout(const PagedLayout& layout) {
   }
 }
 
+}  // namespace
+
+std::int64_t piece_pool_slot(const std::vector<std::int32_t>& pages, int page_size, std::int64_t page_offset,
+                             std::int64_t token_begin, std::int64_t tokens) {
+  const std::int64_t page = token_begin / page_size;
+  if ((token_begin + tokens - 1) / page_size != page) return -1;
+  return std::int64_t{pages[static_cast<std::size_t>(page_offset + page)]} * page_size + token_begin % page_size;
+}
+
+namespace {
+
 // Appends the pieces of `tokens` keys of the page list at plan.pages[page_offset], the first
 // at slot first_slot of its first page; returns how many.
 int append_pieces(AttentionPlan& plan, int page_size, std::int32_t page_offset, std::int64_t tokens,
@@ -57,11 +68,7 @@ int append_pieces(AttentionPlan& plan, int page_size, std::int32_t page_offset, 
   int count = 0;
   for (std::int64_t b = 0; b < tokens; b += kBlockTokens, ++count) {
     const std::int64_t begin = first_slot + b, n = std::min<std::int64_t>(kBlockTokens, tokens - b);
-    const std::int64_t page = begin / page_size;
-    const bool one_page = (begin + n - 1) / page_size == page;
-    const std::int64_t slot =
-        one_page ? std::int64_t{plan.pages[static_cast<std::size_t>(page_offset + page)]} * page_size + begin % page_size
-                 : -1;
+    const std::int64_t slot = piece_pool_slot(plan.pages, page_size, page_offset, begin, n);
     HG_CHECK(slot < INT32_MAX, "build_attention_plan: pool slot ", slot, " does not fit 32 bits");
     plan.pieces.push_back({page_offset, static_cast<std::int32_t>(begin), static_cast<std::int32_t>(n),
                            static_cast<std::int32_t>(position + b), static_cast<std::int32_t>(slot)});

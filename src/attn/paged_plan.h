@@ -222,6 +222,12 @@ std::vector<int> shared_head_splits(int heads, std::int64_t tiles, std::int64_t 
 bool one_row_suffix_items(std::int64_t sequences, int kv_heads, int groups, bool one_token_each,
                           std::int64_t own_keys, std::int64_t suffix_slots);
 
+// PlanPiece::slot of a piece of `tokens` keys from slot `token_begin` of the page list at
+// pages[page_offset]: its first token's pool slot where the piece lies in one page, else -1.
+// build_attention_plan fills it so; the CPU plan runner checks it against this.
+std::int64_t piece_pool_slot(const std::vector<std::int32_t>& pages, int page_size, std::int64_t page_offset,
+                             std::int64_t token_begin, std::int64_t tokens);
+
 // Validates the layout (parents, page counts) and builds the plan.
 AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions& options = {});
 

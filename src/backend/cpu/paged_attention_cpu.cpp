@@ -63,11 +63,8 @@ void check_plan(const AttentionPlan& plan, const Dims& d, std::vector<std::int32
              pc.token_begin, ", tokens ", pc.tokens, ") leaves plan.pages (", pages, " ids of ", d.page_size,
              "-token pages)");
     // The slot the suffix kernels read keys from: the page list's, where the piece is in one page.
-    const std::int64_t first = pc.token_begin, last = first + pc.tokens - 1;
-    const std::int64_t slot = first / d.page_size == last / d.page_size
-                                  ? std::int64_t{plan.pages[pc.page_offset + first / d.page_size]} * d.page_size +
-                                        first % d.page_size
-                                  : -1;
+    const std::int64_t slot =
+        attn::piece_pool_slot(plan.pages, static_cast<int>(d.page_size), pc.page_offset, pc.token_begin, pc.tokens);
     HG_CHECK(pc.slot == slot, "run_attention_plan: plan.pieces[", i, "] has slot ", pc.slot, ", its page list gives ",
              slot, slot < 0 ? " (the piece spans pages)" : "");
   }
