@@ -332,8 +332,8 @@ bool pdl_rule(std::int64_t shared_items, int blocks_per_sm, int sms) {
   return 2 * busy <= sms;
 }
 
-// HYDRAGEN_RESCALE_LAG: a plain number in [0, kMaxRescaleLag] (the whole text), else an error
-// naming the variable.
+// HYDRAGEN_PDL: unset or empty -1 (the rule decides), "1" 1, "0" 0, else an error naming the
+// variable.
 int parse_pdl_force(const char* env) {
   if (env == nullptr || *env == '\0') return -1;
   const std::string v = env;
@@ -341,6 +341,8 @@ int parse_pdl_force(const char* env) {
   return v == "1" ? 1 : 0;
 }
 
+// HYDRAGEN_RESCALE_LAG: a plain number in [0, kMaxRescaleLag] (the whole text), else an error
+// naming the variable.
 float parse_rescale_lag(const std::string& text) {
   char* end = nullptr;
   const float lag = std::strtof(text.c_str(), &end);
