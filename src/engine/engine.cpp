@@ -72,8 +72,7 @@ struct Engine::Sequence {
   std::vector<std::int32_t> pages;
   std::int64_t own_tokens = 0;  // tokens whose K/V is in `pages`
   std::int32_t next_token = 0;
-  int in_flight = 0;      // decode steps launched with it and not yet collected (overlap_steps)
-  bool finished = false;  // stopped, or done: its pages went back (a step in flight may hold it)
+  int in_flight = 0;  // decode steps launched with it and not yet collected (overlap_steps)
 
   std::int64_t context() const { return (leaf >= 0 ? shared_tokens : 0) + own_tokens; }
 };
@@ -364,22 +363,10 @@ bool Engine::decode_step() {
 bool Engine::decode_step_in_place() {
   if (running_.empty()) return false;
   const auto start = Clock::now();
-  const int ps = pool_.page_size();
   const attn::PagedLayout layout = decode_layout();
   StepRows rows;
   StepSampling sampling;
-  std::int64_t stored = 0, per_sequence = 0;
-  for (const attn::PagedLayout::SegmentPages& seg : layout.segments) stored += seg.tokens;
-  for (const auto& seq : running_) {
-    rows.tokens.push_back(seq->next_token);
-    rows.positions.push_back(static_cast<std::int32_t>(seq->context()));
-    rows.slots.push_back(slot_of(seq->pages, 0, seq->own_tokens, ps));
-    sampling.params.push_back(seq->params);
-    sampling.steps.push_back(completions_[seq->completion].tokens.size());
-    stored += seq->own_tokens + 1;
-    per_sequence += seq->context() + 1;
-  }
-  if (per_sequence > stats_.per_sequence_tokens) stats_.stored_tokens = stored, stats_.per_sequence_tokens = per_sequence;
+  decode_inputs(layout, 0, rows, sampling);
 
   std::optional<attn::AttentionPlan> plan;
   bool plan_prepared = false;  // handed to the runner's prepare_plan during the last step
@@ -439,23 +426,14 @@ bool Engine::take_token(Sequence& seq, std::int32_t token, float logprob) {
 }
 
 bool Engine::next_step_can_follow() const {
-  if (in_flight_.size() != 1 || in_flight_.back().batch != batch_ || running_.empty()) return false;
-  const int ps = pool_.page_size();
-  for (const auto& seq : running_) {
-    const auto made = static_cast<std::int64_t>(completions_[seq->completion].tokens.size()) + seq->in_flight;
-    if (made >= seq->request->max_new_tokens ||
-        ceil_div(seq->own_tokens + seq->in_flight + 1, ps) > static_cast<std::int64_t>(seq->pages.size()))
-      return false;
-  }
-  return true;
+  // The batch is the one in flight, so every running sequence has that one step in flight:
+  // the test the plan built ahead takes.
+  return in_flight_.size() == 1 && in_flight_.back().batch == batch_ && !running_.empty() &&
+         all_continue_after_this_step();
 }
 
-void Engine::launch_decode(int ahead) {
+void Engine::decode_inputs(const attn::PagedLayout& layout, int ahead, StepRows& rows, StepSampling& sampling) {
   const int ps = pool_.page_size();
-  const attn::PagedLayout layout = decode_layout(ahead);
-  StepRows rows;
-  StepSampling sampling;
-  InFlight flight{{}, batch_};
   std::int64_t stored = 0, per_sequence = 0;
   for (const attn::PagedLayout::SegmentPages& seg : layout.segments) stored += seg.tokens;
   for (const auto& seq : running_) {
@@ -466,9 +444,17 @@ void Engine::launch_decode(int ahead) {
     sampling.steps.push_back(completions_[seq->completion].tokens.size() + ahead);
     stored += seq->own_tokens + 1 + ahead;
     per_sequence += seq->context() + 1 + ahead;
-    flight.rows.push_back(seq.get());
   }
   if (per_sequence > stats_.per_sequence_tokens) stats_.stored_tokens = stored, stats_.per_sequence_tokens = per_sequence;
+}
+
+void Engine::launch_decode(int ahead) {
+  const attn::PagedLayout layout = decode_layout(ahead);
+  StepRows rows;
+  StepSampling sampling;
+  decode_inputs(layout, ahead, rows, sampling);
+  InFlight flight{{}, batch_};
+  for (const auto& seq : running_) flight.rows.push_back(seq.get());
   std::optional<attn::AttentionPlan> plan;
   if (options_.attention != AttentionChoice::none) {
     const AttentionMode mode = mode_of(options_.attention);
@@ -490,7 +476,7 @@ void Engine::collect_decode() {
   for (std::size_t i = 0; i < flight.rows.size(); ++i) {
     Sequence& seq = *flight.rows[i];
     seq.in_flight -= 1;
-    if (seq.finished) {  // it stopped at the step before this one: this row ran past its end
+    if (finished(seq)) {  // it stopped at the step before this one: this row ran past its end
       ++stats_.dropped_rows;
       continue;
     }
@@ -499,7 +485,7 @@ void Engine::collect_decode() {
   }
   if (left) {
     std::vector<std::unique_ptr<Sequence>> still;
-    for (auto& seq : running_) (seq->finished ? retired_ : still).push_back(std::move(seq));
+    for (auto& seq : running_) (finished(*seq) ? retired_ : still).push_back(std::move(seq));
     running_ = std::move(still);
     ++batch_;
   }
@@ -534,8 +520,9 @@ bool Engine::hit_stop_string(const Sequence& seq) const {
   return false;
 }
 
+bool Engine::finished(const Sequence& seq) const { return !completions_[seq.completion].finish_reason.empty(); }
+
 void Engine::finish(Sequence& seq, const char* reason) {
-  seq.finished = true;
   completions_[seq.completion].finish_reason = reason;
   pool_.release(seq.pages);
   seq.pages.clear();

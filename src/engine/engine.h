@@ -125,14 +125,22 @@ class Engine {
   std::int64_t shared_tokens_of(const GenerationRequest& request) const;
   void prefill(const std::vector<kv::NodeId>& nodes);
   void finish(Sequence& seq, const char* reason);
+  // Whether finish() ran for it (its completion has a finish reason; its pages went back, and a
+  // step in flight may still hold its row).
+  bool finished(const Sequence& seq) const;
   bool hit_stop_string(const Sequence& seq) const;
   // The running sequences' layout `ahead` decode steps from now, if none leaves or joins.
   attn::PagedLayout decode_layout(int ahead = 0) const;
   // Whether every running sequence takes part in the next decode step as well (none finishes
-  // by length in this one, each has pages for it): only then is a plan built ahead.
+  // by length in this one, each has pages for it): only then is a plan built ahead, or
+  // (overlap_steps) the next step launched before this one is collected.
   bool all_continue_after_this_step() const;
   // decode_step without overlap_steps: build (or take the plan built ahead), run, collect.
   bool decode_step_in_place();
+  // The rows and sampling of a decode step of every running sequence, each `ahead` steps past
+  // the tokens it holds (`layout`: decode_layout(ahead)); records the step's stored and
+  // per-sequence tokens.
+  void decode_inputs(const attn::PagedLayout& layout, int ahead, StepRows& rows, StepSampling& sampling);
   // overlap_steps: launch a decode step of every running sequence, each `ahead` steps past
   // the tokens it has (0, or 1 with the step before still in flight: its tokens come from it).
   void launch_decode(int ahead);
