@@ -172,9 +172,9 @@ class CudaModelRunner final : public ModelRunner {
   }
 
  private:
-  // Two executable copies of each captured step, one per slot: a step launched while the one
-  // before it runs is another exec than that one's (a launch of an exec still running waits
-  // for it on the device before it starts; perf-notes e16).
+  // Two executable copies of each captured step, one per slot, so a step launched while the
+  // one before it runs is another exec. (Added for a slowdown later traced to a device copy
+  // between the steps, perf-notes e16d; one exec per bucket has not been timed since.)
   using GraphMap = std::map<std::pair<std::int64_t, int>, std::array<cudaGraphExec_t, 2>>;
 
   // Two of these, used in turn by the steps launched (launch, collect).
@@ -341,6 +341,10 @@ class CudaModelRunner final : public ModelRunner {
   // workspace -- may have one executable at a time) and instantiates each.
   GraphMap::iterator capture(std::pair<std::int64_t, int> key, bool attend) {
     std::array<cudaGraphExec_t, 2> execs{};
+    auto drop_execs = [&] {
+      for (cudaGraphExec_t e : execs)
+        if (e) cudaGraphExecDestroy(e);
+    };
     for (cudaGraphExec_t& exec : execs) {
       cudaGraph_t graph = nullptr;
       HG_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
@@ -349,8 +353,7 @@ class CudaModelRunner final : public ModelRunner {
       } catch (...) {
         cudaStreamEndCapture(stream_, &graph);
         if (graph) cudaGraphDestroy(graph);
-        for (cudaGraphExec_t e : execs)
-          if (e) cudaGraphExecDestroy(e);
+        drop_execs();
         throw;
       }
       const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
@@ -360,8 +363,7 @@ class CudaModelRunner final : public ModelRunner {
         std::fprintf(stderr, "warning: CUDA graph capture failed (%s); decoding without graphs\n",
                      cudaGetErrorString(made));
         cudaGetLastError();
-        for (cudaGraphExec_t e : execs)
-          if (e) cudaGraphExecDestroy(e);
+        drop_execs();
         graphs_ok_ = false;
         return graphs_.end();
       }

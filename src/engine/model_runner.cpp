@@ -11,16 +11,14 @@ void ModelRunner::launch_decode(const StepRows& rows, const attn::AttentionPlan*
   const StepRows* input = &rows;
   StepRows fed;
   if (tokens_from_last) {
-    HG_CHECK(!launched_.empty() && static_cast<std::int64_t>(last_tokens_.size()) == rows.size(),
+    HG_CHECK(!launched_.empty() && static_cast<std::int64_t>(launched_.back().tokens.size()) == rows.size(),
              "ModelRunner::launch_decode: tokens_from_last needs the step before in flight with as many rows (",
-             last_tokens_.size(), " for ", rows.size(), ")");
+             launched_.empty() ? 0 : launched_.back().tokens.size(), " for ", rows.size(), ")");
     fed = rows;
-    fed.tokens = last_tokens_;
+    fed.tokens = launched_.back().tokens;
     input = &fed;
   }
-  SampledTokens out = step(*input, plan, &sampling, {}, false);
-  last_tokens_ = out.tokens;
-  launched_.push_back(std::move(out));
+  launched_.push_back(step(*input, plan, &sampling, {}, false));
 }
 
 SampledTokens ModelRunner::collect_decode() {

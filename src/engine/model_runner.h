@@ -90,8 +90,7 @@ class ModelRunner {
   virtual bool decodes_with_graphs() const { return false; }
 
  private:
-  std::deque<SampledTokens> launched_;     // the default launch_decode's steps, not collected
-  std::vector<std::int32_t> last_tokens_;  // ... and the tokens of the one launched last
+  std::deque<SampledTokens> launched_;  // the default launch_decode's steps, not collected
 };
 
 // The fp32 CPU runner over `weights` (f32 CPU tensors).
