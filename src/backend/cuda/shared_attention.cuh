@@ -36,6 +36,7 @@
 
 #include "attn/paged_plan.h"
 #include "backend/cuda/attention_state.cuh"
+#include "backend/cuda/exp2_fma.h"
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/paged_attention.cuh"
 #include "backend/cuda/wgmma.cuh"
@@ -152,7 +153,9 @@ __device__ __forceinline__ void tile_state_entries(const PagedAttentionParams& p
 // the base, so p <= 2^lag and O and l keep their scale (alpha = 1). The result is the same
 // softmax (o / l and lse do not depend on the base); only the rounding of p moves. Returns
 // whether this warp rescaled (warp-uniform): if not, the caller skips O *= alpha.
-template <int N>
+// FmaEvery > 0 (v33): every FmaEvery-th element's exponential by exp2_fma on the FMA pipe
+// instead of the MUFU unit; only for blocks without masked keys (exp2_fma's floor is 2^-125).
+template <int FmaEvery = 0, int N>
 __device__ __forceinline__ bool online_softmax_step(float (&s)[N], float (&m)[2], float (&l)[2], float scale_log2,
                                                     float lag, float (&alpha)[2]) {
   float mx[2] = {-INFINITY, -INFINITY}, base[2];
@@ -183,7 +186,13 @@ __device__ __forceinline__ bool online_softmax_step(float (&s)[N], float (&m)[2]
 #pragma unroll
   for (int i = 0; i < N; ++i) {
     const int h = (i / 2) % 2;
-    s[i] = ptx::exp2_approx(fmaf(s[i], scale_log2, -base[h]));
+    const float x = fmaf(s[i], scale_log2, -base[h]);
+#if HYDRAGEN_EXP2_LIMIT_STUDY
+    s[i] = FmaEvery > 0 ? x : ptx::exp2_approx(x);  // limit study: no exponential on unmasked blocks (wrong values)
+#else
+    if constexpr (FmaEvery > 0) s[i] = i % FmaEvery == FmaEvery - 1 ? exp2_fma(x) : ptx::exp2_approx(x);
+    else s[i] = ptx::exp2_approx(x);
+#endif
     l[h] += s[i];
   }
   return rescale;

@@ -39,6 +39,12 @@
 
 namespace hydragen::cuda {
 
+#ifndef HYDRAGEN_WS_EXP2_FMA_EVERY
+#define HYDRAGEN_WS_EXP2_FMA_EVERY 0
+#endif
+// Blocks without masked keys take every kWsExp2FmaEvery-th exponential on the FMA pipe (v33).
+inline constexpr int kWsExp2FmaEvery = HYDRAGEN_WS_EXP2_FMA_EVERY;
+
 template <class T>
 struct WsSharedTile {
   static constexpr int D = 128;
@@ -406,16 +412,16 @@ __global__ void __launch_bounds__(384, 1)
     };
     // Mask (past a piece, or causal) only where needed; online softmax of s, scale folded in.
     auto softmax = [&](const attn::PlanPiece (&piece)[2], float (&alpha)[2]) -> bool {
-      if (piece[0].tokens < 64 || piece[1].tokens < 64 || piece[0].position + 64 > min_limit ||
-          piece[1].position + 64 > min_limit) {
+      if (piece[0].tokens == 64 && piece[1].tokens == 64 && piece[0].position + 64 <= min_limit &&
+          piece[1].position + 64 <= min_limit)
+        return online_softmax_step<kWsExp2FmaEvery>(s, m, l, p.scale_log2, p.rescale_lag, alpha);
 #pragma unroll
-        for (int nt = 0; nt < 16; ++nt)
+      for (int nt = 0; nt < 16; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int h = nt / 8, key = (nt % 8) * 8 + (lane % 4) * 2 + (e & 1);
-            if (!(key < piece[h].tokens && piece[h].position + key < limit[e / 2])) s[nt * 4 + e] = -INFINITY;
-          }
-      }
+        for (int e = 0; e < 4; ++e) {
+          const int h = nt / 8, key = (nt % 8) * 8 + (lane % 4) * 2 + (e & 1);
+          if (!(key < piece[h].tokens && piece[h].position + key < limit[e / 2])) s[nt * 4 + e] = -INFINITY;
+        }
       return online_softmax_step(s, m, l, p.scale_log2, p.rescale_lag, alpha);
     };
     auto pack_p = [&] {
