@@ -219,6 +219,24 @@ TEST(PagedAttentionCpu, RejectsBadArgumentsNamingThem) {
   bad = plan;
   bad.pieces[at].slot += 1;
   expect_error([&] { cpu::run_attention_plan(bad, c.q, c.k_pool, c.v_pool, out); }, concat("plan.pieces[", at, "] has slot"));
+  // A shared item whose pieces do not run on (the shared kernel derives its unmasked blocks
+  // from the first and last piece).
+  PagedShape shared_shape;
+  shared_shape.batch = 3, shared_shape.segment_lengths = {300}, shared_shape.suffix_lengths = {2};
+  const PagedCase sc = random_paged_case(shared_shape, rng);
+  const attn::AttentionPlan shared_plan = attn::build_attention_plan(sc.layout);
+  const auto multi = std::find_if(shared_plan.shared_items.begin(), shared_plan.shared_items.end(),
+                                  [](const attn::PlanItem& it) { return it.piece_count >= 2; });
+  ASSERT_NE(multi, shared_plan.shared_items.end());
+  Tensor shared_out = Tensor::empty(sc.q.shape(), DType::f32);
+  cpu::run_attention_plan(shared_plan, sc.q, sc.k_pool, sc.v_pool, shared_out);  // as built: accepted
+  bad = shared_plan;
+  bad.pieces[multi->piece_begin + 1].position += 1;
+  expect_error([&] { cpu::run_attention_plan(bad, sc.q, sc.k_pool, sc.v_pool, shared_out); },
+               concat("plan.shared_items[", multi - shared_plan.shared_items.begin(), "]'s piece 0"));
+  bad = shared_plan;
+  bad.pieces[multi->piece_begin].tokens -= 1;
+  expect_error([&] { cpu::run_attention_plan(bad, sc.q, sc.k_pool, sc.v_pool, shared_out); }, "is not a whole block");
 }
 
 }  // namespace

@@ -97,6 +97,19 @@ void check_plan(const AttentionPlan& plan, const Dims& d, std::vector<std::int32
     }
   };
   check_items(plan.shared_items, "shared_items", false);
+  // The shared kernel finds an item's blocks without masked keys from its first and last piece
+  // (shared_attention_ws.cuh, v34): every piece but the last holds kBlockTokens keys, and each
+  // starts where the one before it ended.
+  for (std::size_t i = 0; i < plan.shared_items.size(); ++i) {
+    const PlanItem& it = plan.shared_items[i];
+    for (int k = 0; k + 1 < it.piece_count; ++k) {
+      const PlanPiece& a = plan.pieces[it.piece_begin + k];
+      const PlanPiece& b = plan.pieces[it.piece_begin + k + 1];
+      HG_CHECK(a.tokens == attn::kBlockTokens && b.position == a.position + a.tokens, "run_attention_plan: plan.shared_items[",
+               i, "]'s piece ", k, " (", a.tokens, " keys at position ", a.position, ") is not a whole block followed by ",
+               "the next position (", b.position, ")");
+    }
+  }
   check_items(plan.suffix_items, "suffix_items", true);
   group_item.assign(plan.groups.size(), -1);
   std::vector<std::int32_t> count(plan.groups.size(), 0);

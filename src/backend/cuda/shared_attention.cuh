@@ -36,7 +36,6 @@
 
 #include "attn/paged_plan.h"
 #include "backend/cuda/attention_state.cuh"
-#include "backend/cuda/exp2_fma.h"
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/paged_attention.cuh"
 #include "backend/cuda/wgmma.cuh"
@@ -63,23 +62,24 @@ __device__ __forceinline__ int swizzled_offset(int r, int c, int half_bytes) {
 }
 
 template <class T>
-__device__ __forceinline__ void wgmma_s(float (&d)[32], std::uint64_t a, std::uint64_t b) {
+__device__ __forceinline__ void wgmma_s(float (&d)[32], std::uint64_t a, std::uint64_t b, int accumulate = 1) {
 #if HYDRAGEN_WGMMA
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) wgmma::wgmma_m64n64k16_ss_bf16(d, a, b);
-  else wgmma::wgmma_m64n64k16_ss_f16(d, a, b);
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) wgmma::wgmma_m64n64k16_ss_bf16(d, a, b, accumulate);
+  else wgmma::wgmma_m64n64k16_ss_f16(d, a, b, accumulate);
 #endif
 }
 template <class T>
-__device__ __forceinline__ void wgmma_s128(float (&d)[64], std::uint64_t a, std::uint64_t b) {
+__device__ __forceinline__ void wgmma_s128(float (&d)[64], std::uint64_t a, std::uint64_t b, int accumulate = 1) {
 #if HYDRAGEN_WGMMA
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) wgmma::wgmma_m64n128k16_ss_bf16(d, a, b);
-  else wgmma::wgmma_m64n128k16_ss_f16(d, a, b);
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) wgmma::wgmma_m64n128k16_ss_bf16(d, a, b, accumulate);
+  else wgmma::wgmma_m64n128k16_ss_f16(d, a, b, accumulate);
 #endif
 }
 // S += Q K^T over d = 128 in 8 k-steps, for Keys (64 or 128) keys; not committed. q_addr: this
 // warpgroup's 64 rows in a [2 halves][rows][128 B] swizzled array whose halves lie q_half bytes
-// apart; k_addr: [2 halves][Keys][128 B], halves kv_half apart.
-template <class T, int Keys>
+// apart; k_addr: [2 halves][Keys][128 B], halves kv_half apart. Overwrite: S = Q K^T (the first
+// k-step ignores s's old values, so s need not be zeroed first: v34).
+template <class T, int Keys, bool Overwrite = false>
 __device__ __forceinline__ void wgmma_qk(float (&s)[Keys / 2], std::uint32_t q_addr, int q_half, std::uint32_t k_addr,
                                          int kv_half) {
   const std::uint64_t qd = wgmma::desc(q_addr, 16, 1024), kd = wgmma::desc(k_addr, 16, 1024);
@@ -87,8 +87,9 @@ __device__ __forceinline__ void wgmma_qk(float (&s)[Keys / 2], std::uint32_t q_a
   for (int kk = 0; kk < 8; ++kk) {
     const std::uint64_t a = wgmma::desc_at(qd, (kk >> 2) * q_half + (kk & 3) * 32);
     const std::uint64_t b = wgmma::desc_at(kd, (kk >> 2) * kv_half + (kk & 3) * 32);
-    if constexpr (Keys == 64) wgmma_s<T>(s, a, b);
-    else wgmma_s128<T>(s, a, b);
+    const int accumulate = Overwrite && kk == 0 ? 0 : 1;
+    if constexpr (Keys == 64) wgmma_s<T>(s, a, b, accumulate);
+    else wgmma_s128<T>(s, a, b, accumulate);
   }
 }
 template <class T>
@@ -153,9 +154,7 @@ __device__ __forceinline__ void tile_state_entries(const PagedAttentionParams& p
 // the base, so p <= 2^lag and O and l keep their scale (alpha = 1). The result is the same
 // softmax (o / l and lse do not depend on the base); only the rounding of p moves. Returns
 // whether this warp rescaled (warp-uniform): if not, the caller skips O *= alpha.
-// FmaEvery > 0 (v33): every FmaEvery-th element's exponential by exp2_fma on the FMA pipe
-// instead of the MUFU unit; only for blocks without masked keys (exp2_fma's floor is 2^-125).
-template <int FmaEvery = 0, int N>
+template <int N>
 __device__ __forceinline__ bool online_softmax_step(float (&s)[N], float (&m)[2], float (&l)[2], float scale_log2,
                                                     float lag, float (&alpha)[2]) {
   float mx[2] = {-INFINITY, -INFINITY}, base[2];
@@ -186,16 +185,35 @@ __device__ __forceinline__ bool online_softmax_step(float (&s)[N], float (&m)[2]
 #pragma unroll
   for (int i = 0; i < N; ++i) {
     const int h = (i / 2) % 2;
-    const float x = fmaf(s[i], scale_log2, -base[h]);
-#if HYDRAGEN_EXP2_LIMIT_STUDY
-    s[i] = FmaEvery > 0 ? x : ptx::exp2_approx(x);  // limit study: no exponential on unmasked blocks (wrong values)
-#else
-    if constexpr (FmaEvery > 0) s[i] = i % FmaEvery == FmaEvery - 1 ? exp2_fma(x) : ptx::exp2_approx(x);
-    else s[i] = ptx::exp2_approx(x);
-#endif
+    s[i] = ptx::exp2_approx(fmaf(s[i], scale_log2, -base[h]));
     l[h] += s[i];
   }
   return rescale;
+}
+
+// The online-softmax step of a block without masked keys, betting that the rows keep their max
+// (v34): p = 2^(s * scale - m) at once, without the max's 64 comparisons, shuffles and vote
+// first. The bet is checked after the exponentials: a thread whose part of a row sums to more
+// than 2^lag (so some p there is above 2^lag, the bound online_softmax_step keeps, or it
+// overflowed) or whose row has no max yet loses it for the warp, and then nothing is kept: the
+// caller recomputes S and takes online_softmax_step. Returns whether the bet held (warp-uniform);
+// then m is unchanged and alpha would be 1.
+template <int N>
+__device__ __forceinline__ bool softmax_step_same_max(float (&s)[N], const float (&m)[2], float (&l)[2],
+                                                      float scale_log2, float lag_pow2) {
+  float sum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const int h = (i / 2) % 2;
+    s[i] = ptx::exp2_approx(fmaf(s[i], scale_log2, -m[h]));
+    sum[h] += s[i];
+  }
+  // (not "> lag_pow2": a NaN sum fails the bet too; m = -inf makes every sum inf or NaN)
+  const bool held = sum[0] <= lag_pow2 && sum[1] <= lag_pow2;
+  if (!__all_sync(0xffffffffu, held)) return false;
+  l[0] += sum[0];
+  l[1] += sum[1];
+  return true;
 }
 
 // Row h's (o / l, lse) of this thread's two rows of the tile (r0 + 8 h) straight from the

@@ -16,7 +16,10 @@
 //   - per 128-key block b a consumer issues S(b) = Q K(b)^T (m64n128k16, 8 k-steps) and then
 //     O += P(b-1) V(b-1) (m64n128k16, P from registers, 8 k-steps), waits for S(b) only, runs
 //     the online softmax of S(b) while P.V(b-1) is still on the tensor cores, then waits for
-//     P.V(b-1), releases stage b-1, rescales O and packs P(b).
+//     P.V(b-1), releases stage b-1, rescales O and packs P(b). From block 1 on, a block without
+//     masked keys bets that its rows keep their max (softmax_step_same_max, v34): the max is
+//     checked after the exponentials, and where the bet fails S(b) is issued again and the full
+//     step taken.
 // Masking, the exp2-domain softmax, the row layout of the accumulators and the epilogue are
 // shared_attention.cuh's. head_dim 128, bf16 or fp16.
 //
@@ -39,11 +42,9 @@
 
 namespace hydragen::cuda {
 
-#ifndef HYDRAGEN_WS_EXP2_FMA_EVERY
-#define HYDRAGEN_WS_EXP2_FMA_EVERY 0
+#ifndef HYDRAGEN_WS_SAME_MAX
+#define HYDRAGEN_WS_SAME_MAX 1
 #endif
-// Blocks without masked keys take every kWsExp2FmaEvery-th exponential on the FMA pipe (v33).
-inline constexpr int kWsExp2FmaEvery = HYDRAGEN_WS_EXP2_FMA_EVERY;
 
 template <class T>
 struct WsSharedTile {
@@ -330,6 +331,7 @@ __global__ void __launch_bounds__(384, 1)
   const int ctid = tid - 128 * wg;                        // 0..127 within the warpgroup
   const int r0 = cw * 64 + (warp % 4) * 16 + lane / 4;    // this thread's rows: r0 and r0 + 8
   int consumed = 0;
+  const float lag_pow2 = exp2f(p.rescale_lag);  // softmax_step_same_max's bound on a thread's row sum
   const std::uint64_t v_desc = wgmma::desc(skv_addr + Tile::kKvBytes, Tile::kKvHalf, 1024);  // stage 0's V
   // Turns: wait for mine before issuing, hand over after. Consumer 1 hands consumer 0 its first.
   auto my_turn = [&] {
@@ -378,24 +380,24 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
     for (int i = 0; i < 64; ++i) o[i] = 0.f;
     std::uint32_t pk[8][4];  // P of the previous block, packed: the A operand of its P.V
-    float s[64];
-    auto wait_full = [&](attn::PlanPiece (&piece)[2], int pi) {  // the block's pieces; -> its stage
+    float s[64] = {};  // (S is overwritten by its first k-step: zeroed once, not per block)
+    auto load_pieces = [&](attn::PlanPiece (&piece)[2], int pi) {  // block pi / 2's pieces
       piece[0] = p.pieces[it.piece_begin + pi];
       piece[1] = pi + 1 < it.piece_count ? p.pieces[it.piece_begin + pi + 1] : attn::PlanPiece{0, 0, 0, 0};
+    };
+    auto wait_full = [&] {  // -> the next block's stage, once its K and V are in
       const int stage = consumed % Tile::kStages;
       wgmma::mbar_wait(full_addr + 8 * stage, (consumed / Tile::kStages) & 1);
       if constexpr (HwArrive) wgmma::fence_proxy_async();  // the producer's cp.async writes -> wgmma
       ++consumed;
       return stage;
     };
-    auto issue_s = [&](int stage) {  // S = Q K^T, committed as one group
+    auto issue_s = [&](int stage) {  // S = Q K^T (the first k-step overwrites s), committed as one group
       const std::uint32_t k_addr = skv_addr + stage * Tile::kStageBytes;
-#pragma unroll
-      for (int i = 0; i < 64; ++i) s[i] = 0.f;
       wgmma::fence_operands(s);
       wgmma::fence_operands(o);
       wgmma::fence();
-      wgmma_qk<T, 128>(s, sq_addr + cw * 64 * 128, Tile::kQHalf, k_addr, Tile::kKvHalf);
+      wgmma_qk<T, 128, true>(s, sq_addr + cw * 64 * 128, Tile::kQHalf, k_addr, Tile::kKvHalf);
       wgmma::commit();
     };
     auto issue_pv = [&](int stage) {  // O += P V of a stage, committed as one group
@@ -412,16 +414,16 @@ __global__ void __launch_bounds__(384, 1)
     };
     // Mask (past a piece, or causal) only where needed; online softmax of s, scale folded in.
     auto softmax = [&](const attn::PlanPiece (&piece)[2], float (&alpha)[2]) -> bool {
-      if (piece[0].tokens == 64 && piece[1].tokens == 64 && piece[0].position + 64 <= min_limit &&
-          piece[1].position + 64 <= min_limit)
-        return online_softmax_step<kWsExp2FmaEvery>(s, m, l, p.scale_log2, p.rescale_lag, alpha);
+      if (piece[0].tokens < 64 || piece[1].tokens < 64 || piece[0].position + 64 > min_limit ||
+          piece[1].position + 64 > min_limit) {
 #pragma unroll
-      for (int nt = 0; nt < 16; ++nt)
+        for (int nt = 0; nt < 16; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int h = nt / 8, key = (nt % 8) * 8 + (lane % 4) * 2 + (e & 1);
-          if (!(key < piece[h].tokens && piece[h].position + key < limit[e / 2])) s[nt * 4 + e] = -INFINITY;
-        }
+          for (int e = 0; e < 4; ++e) {
+            const int h = nt / 8, key = (nt % 8) * 8 + (lane % 4) * 2 + (e & 1);
+            if (!(key < piece[h].tokens && piece[h].position + key < limit[e / 2])) s[nt * 4 + e] = -INFINITY;
+          }
+      }
       return online_softmax_step(s, m, l, p.scale_log2, p.rescale_lag, alpha);
     };
     auto pack_p = [&] {
@@ -435,10 +437,17 @@ __global__ void __launch_bounds__(384, 1)
     };
 
     if (it.piece_count > 0) {
+      // Blocks [0, whole_blocks) have no masked key (v34): all their pieces hold 64 keys (only an
+      // item's last piece may hold fewer, and the positions of its pieces run on: check_plan in
+      // paged_attention_cpu.cpp) and lie below every row's causal limit. Read here, used from
+      // block 1 on, so block 0 does not wait for these loads.
+      const attn::PlanPiece first_piece = p.pieces[it.piece_begin];
+      const attn::PlanPiece last_piece = p.pieces[it.piece_begin + it.piece_count - 1];
       // Block 0: S, softmax (o is still 0), P.
       attn::PlanPiece piece[2];
       float alpha[2];
-      int prev_stage = wait_full(piece, 0);
+      load_pieces(piece, 0);
+      int prev_stage = wait_full();
       my_turn();
       issue_s(prev_stage);
       their_turn();
@@ -447,17 +456,32 @@ __global__ void __launch_bounds__(384, 1)
       if (it.piece_count <= 2) release_q();
       softmax(piece, alpha);
       pack_p();
+      const int whole_pieces = it.piece_count - (last_piece.tokens < 64 ? 1 : 0);
+      const int below_limit = min_limit - first_piece.position >= 64 * whole_pieces
+                                  ? whole_pieces
+                                  : max(0, (min_limit - first_piece.position) / 64);
+      const int whole_blocks = below_limit / 2;
       // Block b: S(b) and P.V(b - 1) issued; S(b) waited; its softmax under P.V(b - 1).
       for (int pi = 2; pi < it.piece_count; pi += 2) {
-        const int stage = wait_full(piece, pi);
+        const int stage = wait_full();
         my_turn();
         issue_s(stage);
         issue_pv(prev_stage);
         their_turn();
         wgmma::wait<1>();
         wgmma::fence_operands(s);
-        if (pi + 2 >= it.piece_count) release_q();
-        const bool rescale = softmax(piece, alpha);
+        const bool whole = pi / 2 < whole_blocks;
+        bool rescale = false;
+        if (!whole || !HYDRAGEN_WS_SAME_MAX || !softmax_step_same_max(s, m, l, p.scale_log2, lag_pow2)) {
+          load_pieces(piece, pi);
+          if (whole && HYDRAGEN_WS_SAME_MAX) {  // a row's max moved: S again (the stage is held until its P.V), the full step
+            issue_s(stage);
+            wgmma::wait<0>();
+            wgmma::fence_operands(s);
+          }
+          rescale = softmax(piece, alpha);
+        }
+        if (pi + 2 >= it.piece_count) release_q();  // (after any second S of this block)
         wgmma::wait<0>();  // P.V(b - 1): o and pk are free, its stage is read
         wgmma::fence_operands(o);
         keep_pk();
