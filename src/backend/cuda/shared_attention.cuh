@@ -191,17 +191,17 @@ __device__ __forceinline__ bool online_softmax_step(float (&s)[N], float (&m)[2]
   return rescale;
 }
 
-// The online-softmax step of a block without masked keys, betting that the rows keep their max
-// (v34): p = 2^(s * scale - m) at once, without the max's 64 comparisons, shuffles and vote
-// first. The bet is checked after the exponentials: a thread whose part of a row sums to more
-// than 2^lag (so some p there is above 2^lag, the bound online_softmax_step keeps, or it
-// overflowed) or whose row has no max yet loses it for the warp, and then nothing is kept: the
-// caller recomputes S and takes online_softmax_step. Returns whether the bet held (warp-uniform);
-// then m is unchanged and alpha would be 1.
+// The exponentials of a block without masked keys, betting that the rows keep their max (v34):
+// p = 2^(s * scale - m) at once, without the max's 64 comparisons, shuffles and vote first, and
+// the thread's part of each row's sum in `sum`. Returns whether the bet held for this thread:
+// each part sums to at most 2^lag (so no p is above 2^lag, the bound online_softmax_step keeps,
+// and nothing overflowed) and both rows have a max. Where it holds for every thread that
+// decides together, the caller adds `sum` to l (m stays, alpha would be 1); elsewhere s is
+// lost: the caller computes S again and takes online_softmax_step.
 template <int N>
-__device__ __forceinline__ bool softmax_step_same_max(float (&s)[N], const float (&m)[2], float (&l)[2],
-                                                      float scale_log2, float lag_pow2) {
-  float sum[2] = {0.f, 0.f};
+__device__ __forceinline__ bool exp_at_same_max(float (&s)[N], const float (&m)[2], float scale_log2, float lag_pow2,
+                                                float (&sum)[2]) {
+  sum[0] = sum[1] = 0.f;
 #pragma unroll
   for (int i = 0; i < N; ++i) {
     const int h = (i / 2) % 2;
@@ -209,11 +209,7 @@ __device__ __forceinline__ bool softmax_step_same_max(float (&s)[N], const float
     sum[h] += s[i];
   }
   // (not "> lag_pow2": a NaN sum fails the bet too; m = -inf makes every sum inf or NaN)
-  const bool held = sum[0] <= lag_pow2 && sum[1] <= lag_pow2;
-  if (!__all_sync(0xffffffffu, held)) return false;
-  l[0] += sum[0];
-  l[1] += sum[1];
-  return true;
+  return sum[0] <= lag_pow2 && sum[1] <= lag_pow2;
 }
 
 // Row h's (o / l, lse) of this thread's two rows of the tile (r0 + 8 h) straight from the

@@ -42,10 +42,6 @@
 
 namespace hydragen::cuda {
 
-#ifndef HYDRAGEN_WS_SAME_MAX
-#define HYDRAGEN_WS_SAME_MAX 1
-#endif
-
 template <class T>
 struct WsSharedTile {
   static constexpr int D = 128;
@@ -426,6 +422,9 @@ __global__ void __launch_bounds__(384, 1)
       }
       return online_softmax_step(s, m, l, p.scale_log2, p.rescale_lag, alpha);
     };
+    // Whether `held` holds in every thread of this consumer (hardware barrier 5 + cw; 1-4 are
+    // the Q and turn barriers).
+    auto all_hold = [&](bool held) { return wgmma::named_barrier_all(5 + cw, 128, held); };
     auto pack_p = [&] {
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
@@ -470,11 +469,17 @@ __global__ void __launch_bounds__(384, 1)
         their_turn();
         wgmma::wait<1>();
         wgmma::fence_operands(s);
+        // The same-max bet (v34) on this thread's unmasked blocks, decided by the whole warpgroup
+        // (its wgmma computes S again where the bet fails; whole_blocks can differ by thread).
         const bool whole = pi / 2 < whole_blocks;
+        float sum[2];
         bool rescale = false;
-        if (!whole || !HYDRAGEN_WS_SAME_MAX || !softmax_step_same_max(s, m, l, p.scale_log2, lag_pow2)) {
+        if (all_hold(whole && exp_at_same_max(s, m, p.scale_log2, lag_pow2, sum))) {
+          l[0] += sum[0];
+          l[1] += sum[1];
+        } else {
           load_pieces(piece, pi);
-          if (whole && HYDRAGEN_WS_SAME_MAX) {  // a row's max moved: S again (the stage is held until its P.V), the full step
+          if (!all_hold(!whole)) {  // some thread's s holds its p now: S again (the stage is held until its P.V)
             issue_s(stage);
             wgmma::wait<0>();
             wgmma::fence_operands(s);
