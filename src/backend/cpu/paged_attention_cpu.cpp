@@ -105,9 +105,9 @@ void check_plan(const AttentionPlan& plan, const Dims& d, std::vector<std::int32
     for (int k = 0; k + 1 < it.piece_count; ++k) {
       const PlanPiece& a = plan.pieces[it.piece_begin + k];
       const PlanPiece& b = plan.pieces[it.piece_begin + k + 1];
-      HG_CHECK(a.tokens == attn::kBlockTokens && b.position == a.position + a.tokens, "run_attention_plan: plan.shared_items[",
-               i, "]'s piece ", k, " (", a.tokens, " keys at position ", a.position, ") is not a whole block followed by ",
-               "the next position (", b.position, ")");
+      HG_CHECK(a.tokens == attn::kBlockTokens && b.position == a.position + a.tokens,
+               "run_attention_plan: plan.shared_items[", i, "]'s piece ", k, " (", a.tokens, " keys at position ",
+               a.position, ") is not a whole block followed by the next position (", b.position, ")");
     }
   }
   check_items(plan.suffix_items, "suffix_items", true);

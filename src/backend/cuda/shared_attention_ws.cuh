@@ -17,9 +17,9 @@
 //     O += P(b-1) V(b-1) (m64n128k16, P from registers, 8 k-steps), waits for S(b) only, runs
 //     the online softmax of S(b) while P.V(b-1) is still on the tensor cores, then waits for
 //     P.V(b-1), releases stage b-1, rescales O and packs P(b). From block 1 on, a block without
-//     masked keys bets that its rows keep their max (softmax_step_same_max, v34): the max is
-//     checked after the exponentials, and where the bet fails S(b) is issued again and the full
-//     step taken.
+//     masked keys bets that its rows keep their max (exp_at_same_max, v34): the max is
+//     checked after the exponentials, the consumer warpgroup decides together (bar.red), and
+//     where the bet fails S(b) is issued again and the full step taken.
 // Masking, the exp2-domain softmax, the row layout of the accumulators and the epilogue are
 // shared_attention.cuh's. head_dim 128, bf16 or fp16.
 //
@@ -327,7 +327,7 @@ __global__ void __launch_bounds__(384, 1)
   const int ctid = tid - 128 * wg;                        // 0..127 within the warpgroup
   const int r0 = cw * 64 + (warp % 4) * 16 + lane / 4;    // this thread's rows: r0 and r0 + 8
   int consumed = 0;
-  const float lag_pow2 = exp2f(p.rescale_lag);  // softmax_step_same_max's bound on a thread's row sum
+  const float lag_pow2 = exp2f(p.rescale_lag);  // exp_at_same_max's bound on a thread's part of a row sum
   const std::uint64_t v_desc = wgmma::desc(skv_addr + Tile::kKvBytes, Tile::kKvHalf, 1024);  // stage 0's V
   // Turns: wait for mine before issuing, hand over after. Consumer 1 hands consumer 0 its first.
   auto my_turn = [&] {
