@@ -224,7 +224,10 @@ TEST(PagedAttentionCpu, RejectsBadArgumentsNamingThem) {
   PagedShape shared_shape;
   shared_shape.batch = 3, shared_shape.segment_lengths = {300}, shared_shape.suffix_lengths = {2};
   const PagedCase sc = random_paged_case(shared_shape, rng);
-  const attn::AttentionPlan shared_plan = attn::build_attention_plan(sc.layout);
+  attn::PlanOptions stack_all;  // one unsplit shared item per kv head, whatever the tree drawn
+  stack_all.min_sharers_to_stack = 1, stack_all.min_segment_tokens_to_stack = 1;
+  stack_all.fold_when_stacking_saves_little = false, stack_all.shared_slots = 1;
+  const attn::AttentionPlan shared_plan = attn::build_attention_plan(sc.layout, stack_all);
   const auto multi = std::find_if(shared_plan.shared_items.begin(), shared_plan.shared_items.end(),
                                   [](const attn::PlanItem& it) { return it.piece_count >= 2; });
   ASSERT_NE(multi, shared_plan.shared_items.end());
@@ -235,7 +238,10 @@ TEST(PagedAttentionCpu, RejectsBadArgumentsNamingThem) {
   expect_error([&] { cpu::run_attention_plan(bad, sc.q, sc.k_pool, sc.v_pool, shared_out); },
                concat("plan.shared_items[", multi - shared_plan.shared_items.begin(), "]'s piece 0"));
   bad = shared_plan;
-  bad.pieces[multi->piece_begin].tokens -= 1;
+  attn::PlanPiece& shorter = bad.pieces[multi->piece_begin];
+  shorter.tokens -= 1;  // (its slot kept the page list's, so that only the new check can refuse it)
+  shorter.slot = static_cast<std::int32_t>(
+      attn::piece_pool_slot(bad.pages, shared_shape.page_size, shorter.page_offset, shorter.token_begin, shorter.tokens));
   expect_error([&] { cpu::run_attention_plan(bad, sc.q, sc.k_pool, sc.v_pool, shared_out); }, "is not a whole block");
 }
 
