@@ -437,15 +437,15 @@ __global__ void __launch_bounds__(384, 1)
 
     if (it.piece_count > 0) {
       // Blocks [0, whole_blocks) have no masked key (v34): all their pieces hold 64 keys (only an
-      // item's last piece may hold fewer, and the positions of its pieces run on: check_plan in
-      // paged_attention_cpu.cpp) and lie below every row's causal limit. Read here, used from
-      // block 1 on, so block 0 does not wait for these loads.
-      const attn::PlanPiece first_piece = p.pieces[it.piece_begin];
+      // item's last piece may hold fewer, and the positions of its pieces run on from block 0's
+      // first: check_plan in paged_attention_cpu.cpp) and lie below every row's causal limit.
+      // The last piece is read here and used from block 1 on, so block 0 does not wait for it.
       const attn::PlanPiece last_piece = p.pieces[it.piece_begin + it.piece_count - 1];
       // Block 0: S, softmax (o is still 0), P.
       attn::PlanPiece piece[2];
       float alpha[2];
       load_pieces(piece, 0);
+      const int first_position = piece[0].position;
       int prev_stage = wait_full();
       my_turn();
       issue_s(prev_stage);
@@ -456,10 +456,7 @@ __global__ void __launch_bounds__(384, 1)
       softmax(piece, alpha);
       pack_p();
       const int whole_pieces = it.piece_count - (last_piece.tokens < 64 ? 1 : 0);
-      const int below_limit = min_limit - first_piece.position >= 64 * whole_pieces
-                                  ? whole_pieces
-                                  : max(0, (min_limit - first_piece.position) / 64);
-      const int whole_blocks = below_limit / 2;
+      const int whole_blocks = min(whole_pieces, max(0, (min_limit - first_position) / 64)) / 2;
       // Block b: S(b) and P.V(b - 1) issued; S(b) waited; its softmax under P.V(b - 1).
       for (int pi = 2; pi < it.piece_count; pi += 2) {
         const int stage = wait_full();
