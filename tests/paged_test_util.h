@@ -36,6 +36,7 @@ struct PagedShape {
   bool dense = false;          // the plan reads each sequence's own copy of its context (copy_slots)
   bool round_to_bf16 = false;  // pool and q exact in bf16 (the GPU tests)
   double key_growth = 0;       // K of token j of a run (of n) times 2^(key_growth * j / n): late maxima
+  double key_step = 0;         // K of a run's second half times 2^key_step: a max that jumps at once
 };
 
 struct PagedCase {
@@ -153,7 +154,9 @@ inline PagedCase random_paged_case(const PagedShape& shape, Rng& rng) {
     for (std::int64_t j = 0; j < run.tokens; ++j)
       for (Tensor* pool : {&c.k_pool, &c.v_pool}) {
         float* row = pool->data<float>() + paged_detail::slot_of(run, j, ps) * token_elems;
-        const double scale = pool == &c.k_pool ? std::exp2(shape.key_growth * j / run.tokens) : 1.0;
+        const double scale =
+            pool == &c.k_pool ? std::exp2(shape.key_growth * j / run.tokens + (2 * j >= run.tokens ? shape.key_step : 0))
+                              : 1.0;
         for (std::int64_t e = 0; e < token_elems; ++e) row[e] = static_cast<float>(scale * rng.normal());
       }
   };

@@ -8,6 +8,7 @@
 #include "cuda_test_util.h"
 
 #include <cmath>
+#include <utility>
 
 #include "attention_test_util.h"
 #include "backend/cpu/paged_attention_cpu.h"
@@ -242,11 +243,14 @@ TEST(CudaAttention, WarpSpecializedSharedKernelMatchesReference) {
 #endif
 }
 
-// The shared kernels' lazy rescaling (online_softmax_step): keys that grow along each segment
-// (up to 8x, so a row's max climbs past the lag again and again inside one item) and plain
-// random keys, with the lag at 0 (rescale on every new max), the default and the largest
-// allowed, through the warp-specialized kernel (both loaders) and the two-warpgroup kernel;
-// every shared segment stacked. Against the float64 reference.
+// The shared kernels' lazy rescaling (online_softmax_step, and the ws kernel's rescale_from_p
+// where its same-max bet fails): keys that grow along each segment (up to 8x, so a row's max
+// climbs past the lag again and again inside one item), keys that jump 32x halfway along a
+// segment (scores ~150 log2 units above the max so far: 2^(s - m) overflows, and the ws kernel
+// computes that block's S again by mma.sync) and plain random keys, with the lag at 0 (rescale
+// on every new max), the default and the largest allowed, through the warp-specialized kernel
+// (both loaders) and the two-warpgroup kernel; every shared segment stacked. Against the
+// float64 reference.
 TEST(CudaAttention, SharedKernelsRescaleLazilyAndExactly) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA
@@ -256,7 +260,7 @@ TEST(CudaAttention, SharedKernelsRescaleLazilyAndExactly) {
   int trials = 0;
   for (const char* kernel : {"ws-pp-tma", "ws", "wgmma"})
     for (const std::string& lag : lags)
-      for (const double growth : {0.0, 3.0}) {
+      for (const auto [growth, step] : {std::pair{0.0, 0.0}, std::pair{3.0, 0.0}, std::pair{0.0, 5.0}}) {
         const ScopedEnv shared_env("HYDRAGEN_SHARED_KERNEL", kernel);
         const ScopedEnv lag_env("HYDRAGEN_RESCALE_LAG", lag.c_str());
         testing::PagedShape shape;
@@ -269,6 +273,7 @@ TEST(CudaAttention, SharedKernelsRescaleLazilyAndExactly) {
         shape.segment_lengths = {65, 700, 1500, 2100};
         shape.round_to_bf16 = true;
         shape.key_growth = growth;
+        shape.key_step = step;
         const testing::PagedCase c = testing::random_paged_case(shape, rng);
         attn::PlanOptions options = cuda::plan_options_for_device(DType::bf16, 128, AttentionMode::hydragen, true);
         options.min_sharers_to_stack = 1, options.min_segment_tokens_to_stack = 1, options.fold_when_stacking_saves_little = false;
@@ -276,14 +281,14 @@ TEST(CudaAttention, SharedKernelsRescaleLazilyAndExactly) {
         ASSERT_FALSE(plan.shared_items.empty()) << kernel << " lag " << lag;
         const AttentionState out = run_on_device(c, plan, options.shared_tile_rows);
         const AttentionState ref = reference_tree_attention(c.tree, c.q);
-        const std::string what = concat(kernel, " lag ", lag, " growth ", growth, " page ", shape.page_size, " G ",
+        const std::string what = concat(kernel, " lag ", lag, " growth ", growth, " step ", step, " page ", shape.page_size, " G ",
                                         shape.groups, " Hkv ", shape.kv_heads, " depth ", shape.depth, " batch ",
                                         shape.batch, " shared items ", plan.shared_items.size());
         EXPECT_LE(relative_norm_error(out.o, ref.o), 5e-3) << what;
         expect_lse_near(out.lse, ref.lse, what);
         ++trials;
       }
-  EXPECT_EQ(trials, 18);
+  EXPECT_EQ(trials, 27);
 #endif
 }
 

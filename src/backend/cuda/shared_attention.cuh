@@ -212,6 +212,72 @@ __device__ __forceinline__ bool exp_at_same_max(float (&s)[N], const float (&m)[
   return sum[0] <= lag_pow2 && sum[1] <= lag_pow2;
 }
 
+// Where some thread of the warp lost exp_at_same_max's bet, the warp moves its rows' maxima
+// from p itself (v35), without computing S again: s holds p = 2^(s * scale - m). A row whose
+// largest p (over its quad) is above 2^lag moves its max up by e, where 2^(e-1) <= pmax < 2^e:
+// its p, l and O scale by 2^-e, exactly (a power of two), so its largest p lands in [1/2, 1)
+// and every p keeps online_softmax_step's bound. l takes the block's scaled sum; alpha says how
+// O scales (1 for a row that keeps its max). Returns false, changing nothing, where some p of
+// the warp is too large to scale (2^120 or more: an overflow, or no max yet): its score is lost
+// and the caller computes S again.
+template <int N>
+__device__ __forceinline__ bool rescale_from_p(float (&s)[N], float (&m)[2], float (&l)[2], float lag_pow2,
+                                               float (&alpha)[2]) {
+  float mx[2] = {0.f, 0.f};  // (fmaxf drops a NaN p; its row's l stays NaN, as online_softmax_step's)
+#pragma unroll
+  for (int i = 0; i < N; ++i) mx[(i / 2) % 2] = fmaxf(mx[(i / 2) % 2], s[i]);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+  }
+  if (__any_sync(0xffffffffu, !(mx[0] < 0x1p120f && mx[1] < 0x1p120f))) return false;
+  float sum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    alpha[h] = 1.f;
+    if (mx[h] > lag_pow2) {
+      const int e = ((__float_as_int(mx[h]) >> 23) & 0xff) - 126;  // 1 <= e <= 120 (lag >= 0)
+      alpha[h] = __int_as_float((127 - e) << 23);
+      m[h] += static_cast<float>(e);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const int h = (i / 2) % 2;
+    s[i] *= alpha[h];
+    sum[h] += s[i];
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) l[h] = fmaf(l[h], alpha[h], sum[h]);
+  return true;
+}
+
+// S = Q K^T of one warp's 16 rows and 128 keys (d = 128) by mma.sync, into the layout of its
+// part of a wgmma m64n128 accumulator (element 4 nt + e: key 8 nt + 2 (lane % 4) + (e & 1), row
+// lane / 4 + 8 (e / 2)). q: a [2 halves][rows][128 B] swizzled array whose halves lie q_half
+// bytes apart, the warp's rows from q_row on; k: [2 halves][128 keys][128 B], kv_half apart.
+// The warp's slow path where rescale_from_p cannot recover its scores (v35).
+template <class T>
+__device__ __forceinline__ void warp_qk(float (&s)[64], const unsigned char* q, int q_row, int q_half,
+                                        const unsigned char* k, int kv_half, int lane) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) s[i] = 0.f;
+  const int mi = lane / 8, mr = lane % 8;  // ldmatrix: this lane's matrix and its row in it
+#pragma unroll 1
+  for (int kk = 0; kk < 8; ++kk) {  // 16 dims: chunks 2 kk and 2 kk + 1 (a loop: few registers)
+    std::uint32_t a[4];             // rows 0-7 / 8-15 (mi % 2) of chunk 2 kk + mi / 2
+    ptx::ldmatrix_x4(a, q + swizzled_offset(q_row + (mi % 2) * 8 + mr, 2 * kk + mi / 2, q_half));
+#pragma unroll
+    for (int np = 0; np < 8; ++np) {  // keys 16 np ..: b[0], b[1] of keys 16 np + 0..7, b[2], b[3] of + 8..15
+      std::uint32_t b[4];
+      ptx::ldmatrix_x4(b, k + swizzled_offset(16 * np + (mi / 2) * 8 + mr, 2 * kk + mi % 2, kv_half));
+      ptx::mma_16816<T>(*reinterpret_cast<float(*)[4]>(&s[8 * np]), a, b[0], b[1]);
+      ptx::mma_16816<T>(*reinterpret_cast<float(*)[4]>(&s[8 * np + 4]), a, b[2], b[3]);
+    }
+  }
+}
+
 // Row h's (o / l, lse) of this thread's two rows of the tile (r0 + 8 h) straight from the
 // m64n128 accumulator registers to partial entry `entry` (-1: past the item's rows, nothing);
 // l is the thread's partial row sum (its quad holds the rest). head_dim 128.

@@ -18,8 +18,9 @@
 //     the online softmax of S(b) while P.V(b-1) is still on the tensor cores, then waits for
 //     P.V(b-1), releases stage b-1, rescales O and packs P(b). From block 1 on, a block without
 //     masked keys bets that its rows keep their max (exp_at_same_max, v34): the max is
-//     checked after the exponentials, the consumer warpgroup decides together (bar.red), and
-//     where the bet fails S(b) is issued again and the full step taken.
+//     checked after the exponentials, each warp alone; where the bet fails the warp moves its
+//     maxima from p (rescale_from_p, v35), or, after an overflow, computes its S again by
+//     mma.sync (warp_qk) and takes the full step.
 // Masking, the exp2-domain softmax, the row layout of the accumulators and the epilogue are
 // shared_attention.cuh's. head_dim 128, bf16 or fp16.
 //
@@ -422,9 +423,6 @@ __global__ void __launch_bounds__(384, 1)
       }
       return online_softmax_step(s, m, l, p.scale_log2, p.rescale_lag, alpha);
     };
-    // Whether `held` holds in every thread of this consumer (hardware barrier 5 + cw; 1-4 are
-    // the Q and turn barriers).
-    auto all_hold = [&](bool held) { return wgmma::named_barrier_all(5 + cw, 128, held); };
     auto pack_p = [&] {
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
@@ -456,7 +454,9 @@ __global__ void __launch_bounds__(384, 1)
       softmax(piece, alpha);
       pack_p();
       const int whole_pieces = it.piece_count - (last_piece.tokens < 64 ? 1 : 0);
-      const int whole_blocks = min(whole_pieces, max(0, (min_limit - first_position) / 64)) / 2;
+      // (the warp's least: each warp decides its blocks' path alone, v35)
+      const int whole_blocks =
+          __reduce_min_sync(0xffffffffu, min(whole_pieces, max(0, (min_limit - first_position) / 64)) / 2);
       // Block b: S(b) and P.V(b - 1) issued; S(b) waited; its softmax under P.V(b - 1).
       for (int pi = 2; pi < it.piece_count; pi += 2) {
         const int stage = wait_full();
@@ -466,27 +466,37 @@ __global__ void __launch_bounds__(384, 1)
         their_turn();
         wgmma::wait<1>();
         wgmma::fence_operands(s);
-        // The same-max bet (v34) on this thread's unmasked blocks, decided by the whole warpgroup
-        // (its wgmma computes S again where the bet fails; whole_blocks can differ by thread).
-        const bool whole = pi / 2 < whole_blocks;
-        float sum[2];
-        bool rescale = false;
-        if (all_hold(whole && exp_at_same_max(s, m, p.scale_log2, lag_pow2, sum))) {
-          l[0] += sum[0];
-          l[1] += sum[1];
+        // The same-max bet (v34) on the warp's unmasked blocks. Where a thread of the warp loses
+        // it, the warp moves its maxima from p (v35), or in the rare case that cannot (an
+        // overflow), computes its S again by mma.sync from the Q tile and the stage (both held).
+        bool rescale = false, pv_waited = false;
+        if (pi / 2 < whole_blocks) {
+          float sum[2];
+          if (__all_sync(0xffffffffu, exp_at_same_max(s, m, p.scale_log2, lag_pow2, sum))) {
+            l[0] += sum[0];
+            l[1] += sum[1];
+          } else {
+            rescale = true;
+            if (!rescale_from_p(s, m, l, lag_pow2, alpha)) {
+              wgmma::wait<0>();  // P.V(b - 1) first: pk's registers are free for warp_qk's
+              wgmma::fence_operands(o);
+              keep_pk();
+              pv_waited = true;
+              warp_qk<T>(s, sq, cw * 64 + (warp % 4) * 16, Tile::kQHalf, skv + stage * Tile::kStageBytes,
+                         Tile::kKvHalf, lane);
+              rescale = online_softmax_step(s, m, l, p.scale_log2, p.rescale_lag, alpha);
+            }
+          }
         } else {
           load_pieces(piece, pi);
-          if (!all_hold(!whole)) {  // some thread's s holds its p now: S again (the stage is held until its P.V)
-            issue_s(stage);
-            wgmma::wait<0>();
-            wgmma::fence_operands(s);
-          }
           rescale = softmax(piece, alpha);
         }
-        if (pi + 2 >= it.piece_count) release_q();  // (after any second S of this block)
-        wgmma::wait<0>();  // P.V(b - 1): o and pk are free, its stage is read
-        wgmma::fence_operands(o);
-        keep_pk();
+        if (pi + 2 >= it.piece_count) release_q();  // (after any warp_qk of this block)
+        if (!pv_waited) {
+          wgmma::wait<0>();  // P.V(b - 1): o and pk are free, its stage is read
+          wgmma::fence_operands(o);
+          keep_pk();
+        }
         if (lane == 0) wgmma::mbar_arrive(empty_addr + 8 * prev_stage);
         if (rescale) {
 #pragma unroll

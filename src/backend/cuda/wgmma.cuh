@@ -141,16 +141,6 @@ __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.
 __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
-// named_barrier that also returns whether `pred` holds in every one of the `threads` threads.
-__device__ __forceinline__ bool named_barrier_all(int id, int threads, bool pred) {
-  std::uint32_t all;
-  asm volatile(
-      "{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.and.pred q, %2, %3, p;\nselp.u32 %0, 1, 0, q;\n}\n"
-      : "=r"(all)
-      : "r"(static_cast<std::uint32_t>(pred)), "r"(id), "r"(threads)
-      : "memory");
-  return all != 0;
-}
 #endif  // HYDRAGEN_WGMMA
 
 }  // namespace hydragen::cuda::wgmma
