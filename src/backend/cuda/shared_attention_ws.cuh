@@ -469,7 +469,7 @@ __global__ void __launch_bounds__(384, 1)
         // The same-max bet (v34) on the warp's unmasked blocks. Where a thread of the warp loses
         // it, the warp moves its maxima from p (v35), or in the rare case that cannot (an
         // overflow), computes its S again by mma.sync from the Q tile and the stage (both held).
-        bool rescale = false, pv_waited = false;
+        bool rescale = false;
         if (pi / 2 < whole_blocks) {
           float sum[2];
           if (__all_sync(0xffffffffu, exp_at_same_max(s, m, p.scale_log2, lag_pow2, sum))) {
@@ -478,10 +478,6 @@ __global__ void __launch_bounds__(384, 1)
           } else {
             rescale = true;
             if (!rescale_from_p(s, m, l, lag_pow2, alpha)) {
-              wgmma::wait<0>();  // P.V(b - 1) first: pk's registers are free for warp_qk's
-              wgmma::fence_operands(o);
-              keep_pk();
-              pv_waited = true;
               warp_qk<T>(s, sq, cw * 64 + (warp % 4) * 16, Tile::kQHalf, skv + stage * Tile::kStageBytes,
                          Tile::kKvHalf, lane);
               rescale = online_softmax_step(s, m, l, p.scale_log2, p.rescale_lag, alpha);
@@ -492,11 +488,9 @@ __global__ void __launch_bounds__(384, 1)
           rescale = softmax(piece, alpha);
         }
         if (pi + 2 >= it.piece_count) release_q();  // (after any warp_qk of this block)
-        if (!pv_waited) {
-          wgmma::wait<0>();  // P.V(b - 1): o and pk are free, its stage is read
-          wgmma::fence_operands(o);
-          keep_pk();
-        }
+        wgmma::wait<0>();  // P.V(b - 1): o and pk are free, its stage is read
+        wgmma::fence_operands(o);
+        keep_pk();
         if (lane == 0) wgmma::mbar_arrive(empty_addr + 8 * prev_stage);
         if (rescale) {
 #pragma unroll
