@@ -6,8 +6,8 @@
 #include "backend/cuda/shared_attention_ws.cuh"
 
 namespace hydragen::cuda {
-template __global__ void shared_attention_ws_kernel<__nv_bfloat16, true, WsLoads::kTma>(
+template __global__ void shared_attention_ws_kernel<__nv_bfloat16, true>(
     const PagedAttentionParams, const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap);
-template __global__ void shared_attention_ws_kernel<__nv_bfloat16, false, WsLoads::kTma>(
+template __global__ void shared_attention_ws_kernel<__nv_bfloat16, false>(
     const PagedAttentionParams, const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap);
 }  // namespace hydragen::cuda

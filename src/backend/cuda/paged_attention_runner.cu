@@ -196,20 +196,14 @@ void use_wgmma_shared(KernelPair& k, int shared_tile_rows) {
     // The warp-specialized kernels (shared_attention_ws.cuh, 128-row tiles) forced for every
     // plan, with plans split for their one block per SM (A/B timing, tests).
     if (name.starts_with("ws") && shared_tile_rows == 128) {
-      // ws, ws-pp (ping-pong), -hw (hardware arrivals), -tma (TMA copies): shared_attention_ws.cuh.
+      // ws-tma (consumers issue freely), ws-pp-tma (they take turns): shared_attention_ws.cuh.
       struct Variant {
         const char* name;
         LaunchFn launch;
         int (*prepare)();
       };
-      using enum WsLoads;
-      const Variant variants[] = {
-          {"ws", launch_shared_ws<T, false, kCpAsync>, prepare_shared_ws<T, false, kCpAsync>},
-          {"ws-pp", launch_shared_ws<T, true, kCpAsync>, prepare_shared_ws<T, true, kCpAsync>},
-          {"ws-hw", launch_shared_ws<T, false, kCpAsyncHw>, prepare_shared_ws<T, false, kCpAsyncHw>},
-          {"ws-pp-hw", launch_shared_ws<T, true, kCpAsyncHw>, prepare_shared_ws<T, true, kCpAsyncHw>},
-          {"ws-tma", launch_shared_ws<T, false, kTma>, prepare_shared_ws<T, false, kTma>},
-          {"ws-pp-tma", launch_shared_ws<T, true, kTma>, prepare_shared_ws<T, true, kTma>}};
+      const Variant variants[] = {{"ws-tma", launch_shared_ws<T, false>, prepare_shared_ws<T, false>},
+                                  {"ws-pp-tma", launch_shared_ws<T, true>, prepare_shared_ws<T, true>}};
       for (const Variant& v : variants) {
         if (name != v.name) continue;
         const int blocks = v.prepare();
@@ -217,7 +211,7 @@ void use_wgmma_shared(KernelPair& k, int shared_tile_rows) {
         k.shared = v.launch, k.shared_blocks_per_sm = blocks, k.shared_wgmma = true;
         return;
       }
-      fail("HYDRAGEN_SHARED_KERNEL=", name, ": unknown kernel (mma, wgmma, ws, ws-pp, ws-hw, ws-pp-hw, ws-tma, ws-pp-tma)");
+      fail("HYDRAGEN_SHARED_KERNEL=", name, ": unknown kernel (auto, auto-ws, mma, wgmma, ws-tma, ws-pp-tma)");
     }
     const int blocks = shared_tile_rows == 128 ? prepare_shared_wgmma<T, 2>() : prepare_shared_wgmma<T, 1>();
     HG_CHECK(blocks > 0 || env == nullptr || std::string(env) != "wgmma",
@@ -228,11 +222,11 @@ void use_wgmma_shared(KernelPair& k, int shared_tile_rows) {
     k.shared_wgmma = true;
     // The default (unset, or auto / auto-ws): the TMA kernel too, for the plans it wins.
     HG_CHECK(name.empty() || name == "wgmma" || name == "auto" || name == "auto-ws", "HYDRAGEN_SHARED_KERNEL=", name,
-             ": unknown kernel (auto, auto-ws, mma, wgmma, ws, ws-pp, ws-hw, ws-pp-hw, ws-tma, ws-pp-tma)");
+             ": unknown kernel (auto, auto-ws, mma, wgmma, ws-tma, ws-pp-tma)");
     if (name == "wgmma" || shared_tile_rows != 128) return;
-    const int ws_blocks = prepare_shared_ws<T, true, WsLoads::kTma>();
+    const int ws_blocks = prepare_shared_ws<T, true>();
     if (ws_blocks == 0) return;
-    k.shared_ws = launch_shared_ws<T, true, WsLoads::kTma>;
+    k.shared_ws = launch_shared_ws<T, true>;
     k.shared_ws_blocks_per_sm = ws_blocks;
     k.shared_ws_always = name == "auto-ws";
   }

@@ -52,10 +52,10 @@ bool supported_head_dim(int head_dim);
 // split for its one block per SM: PlanOptions::shared_full_tile_slots) or shared_attention.cuh's
 // wgmma kernel (v5); else paged_attention.cuh (mma.sync).
 // HYDRAGEN_SHARED_KERNEL overrides (A/B timing, tests): =mma the mma.sync kernel, =wgmma the
-// wgmma kernel for every plan, =auto-ws the TMA kernel for every plan, =ws, ws-pp, ws-hw,
-// ws-pp-hw, ws-tma, ws-pp-tma one warp-specialized variant for every plan with the plan's splits
-// following its one block per SM (-pp: consumers take turns, -hw: hardware arrivals of cp.async
-// copies, -tma: TMA copies; v10, v12, v13). With the wgmma kernels plans also split shared work
+// wgmma kernel for every plan, =auto-ws the TMA kernel for every plan, =ws-pp-tma (the default's
+// kernel) or ws-tma (its consumers do not take turns) that kernel for every plan with the plan's
+// splits following its one block per SM (v10, v13; the cp.async-only variants ws, ws-pp, ws-hw
+// and ws-pp-hw were deleted in session 17). With the wgmma kernels plans also split shared work
 // that already fills a wave (PlanOptions::shared_split_past_one_wave); HYDRAGEN_SHARED_WAVES=0/1
 // overrides that.
 attn::PlanOptions plan_options_for_device(DType dtype, int head_dim, AttentionMode mode, bool causal);

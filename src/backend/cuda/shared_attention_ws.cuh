@@ -3,16 +3,16 @@
 // Same items, operands and results as shared_attention.cuh's kernel (one item = a range of a
 // stacked segment's pieces, a kv head and a tile of 128 stacked query rows; its (o / l, lse)
 // goes to its column of the partial-state buffer), organised the way FlashAttention-3 is:
-//   - one block of 3 warpgroups per SM. Warpgroup 0 is the producer: it reads the page table
-//     and copies K and V into a ring of kStages stages with cp.async, 128 keys (two plan
-//     pieces) per stage, and needs few registers (setmaxnreg down to kProducerRegs). With TMA
-//     copies (WsLoads::kTma) its warp 0 fills the stages and warps 1..3 copy each item's Q.
-//     Warpgroups 1 and 2 are the consumers, 64 query rows each, at kConsumerRegs registers.
-//   - per stage two mbarriers: `full` (each producer warp's lane 0 arrives once the warp's
-//     copies of the stage have landed: cp.async.wait_group and fence.proxy.async by every lane
-//     so the tensor cores see them, __syncwarp, then a release arrive) and `empty` (each consumer warp's lane 0 arrives once
-//     its warpgroup's wgmmas that read the stage are complete). No block-wide barrier in the
-//     loop: the producer runs up to kStages blocks ahead, across items.
+//   - one block of 3 warpgroups per SM. Warpgroup 0 is the producer (setmaxnreg down to
+//     kProducerRegs): its warp 0 reads the page table and copies K and V into a ring of kStages
+//     stages, 128 keys (two plan pieces) per stage, with TMA (see "How the producer fills a
+//     stage" below); its warps 1..3 copy each item's Q rows into the Q tile. Warpgroups 1 and 2
+//     are the consumers, 64 query rows each, at kConsumerRegs registers.
+//   - per stage two mbarriers: `full` (TMA's transaction bytes, and one arrival per lane of
+//     producer warp 0 once its cp.async copies of the stage have landed) and `empty` (each
+//     consumer warp's lane 0 arrives once its warpgroup's wgmmas that read the stage are
+//     complete). No block-wide barrier in the loop: the producer runs up to kStages blocks
+//     ahead, across items.
 //   - per 128-key block b a consumer issues S(b) = Q K(b)^T (m64n128k16, 8 k-steps) and then
 //     O += P(b-1) V(b-1) (m64n128k16, P from registers, 8 k-steps), waits for S(b) only, runs
 //     the online softmax of S(b) while P.V(b-1) is still on the tensor cores, then waits for
@@ -57,43 +57,36 @@ struct WsSharedTile {
   static constexpr int kBarrierOffset = 2 * kQHalf + kStages * kStageBytes;
   // full[kStages], empty[kStages], q_full, q_free; + alignment slack
   static constexpr int kSmemBytes = kBarrierOffset + (2 * kStages + 2) * 8 + 1024;
-  static constexpr int kQLoaders = 96;           // producer warps 1..3 (kTma: they copy Q)
-  static constexpr int kProducerRegs = 72;       // two blocks of page lookups in flight
+  static constexpr int kQLoaders = 96;           // producer warps 1..3: they copy Q
+  static constexpr int kProducerRegs = 72;       // pieces two blocks ahead, a box slot one ahead
   static constexpr int kConsumerRegs = 216;      // 128 * 72 + 256 * 216 = 64512 <= 65536
   static_assert(attn::kBlockTokens == 64, "a stage holds two 64-key pieces");
 };
 
-// How the producer fills a stage.
-//   kCpAsync: every producer thread cp.asyncs its 16-byte chunks of the stage's 256 key rows,
-//     waits for the previous stage's copies after issuing this one's, and its warp arrives.
-//   kCpAsyncHw (v12): the same copies; each thread hands its copies of a stage to the hardware
-//     (cp.async.mbarrier.arrive.noinc: its `full` arrival happens when they land), so the
-//     producer never waits for its own copies; the consumers fence the async proxy after
-//     their wait (docs/perf-notes.md v12).
-//   kTma (v13): a whole 64-key piece is copied by TMA boxes of min(page_size, 64) keys x 64
-//     dims (K and V, two halves of the head dim: 8 boxes per piece at page size 64), which
-//     write the 128B-swizzled layout the wgmma descriptors read; one lane per box of producer
-//     warp 0 issues them after lane 0 added their bytes to `full`'s transaction count. A piece
-//     that is not whole (a segment's last, shorter piece, or none past the item's pieces) takes
-//     the cp.async path with zero fill, so keys past a piece are zeros, never stale pool data.
-//     Producer warp 0 alone fills the stages (its 32 lanes arrive on `full` through
-//     cp.async.mbarrier.arrive.noinc, as kCpAsyncHw). Producer warps 1..3 copy each item's Q
-//     rows into the Q tile (v20-qload): once both consumers have released the tile (`q_free`:
-//     their last S of the item before is complete) the next item's rows go in with cp.async
-//     and arrive on `q_full`, so the item boundary waits on no global round trip for Q.
-enum class WsLoads { kCpAsync, kCpAsyncHw, kTma };
+// How the producer fills a stage (v13): a whole 64-key piece is copied by TMA boxes of
+// min(page_size, 64) keys x 64 dims (K and V, two halves of the head dim: 8 boxes per piece at
+// page size 64), which write the 128B-swizzled layout the wgmma descriptors read; one lane per
+// box of producer warp 0 issues them after lane 0 added their bytes to `full`'s transaction
+// count. A piece that is not whole (a segment's last, shorter piece, or none past the item's
+// pieces) is copied by warp 0's lanes with cp.async and zero fill, so keys past a piece are
+// zeros, never stale pool data; the lanes hand those copies to the hardware
+// (cp.async.mbarrier.arrive.noinc: each lane's `full` arrival happens when they land, v12), and
+// the consumers fence the async proxy after their wait. Producer warps 1..3 copy each item's Q
+// rows into the Q tile (v20-qload): once both consumers have released the tile (`q_free`: their
+// last S of the item before is complete) the next item's rows go in with cp.async and arrive
+// on `q_full`, so the item boundary waits on no global round trip for Q. (The variants that
+// filled the stages with cp.async alone, v10 and v12, were deleted in session 17: the TMA
+// kernel had been the default since v13.)
 
 // PingPong: the two consumers take turns issuing their wgmmas (named barriers 3 and 4), so one
 // consumer's softmax runs while the other's products use the tensor cores.
-// tk / tv: TMA maps of the K and V pools (kTma only; see encode_kv_tensor_map).
-template <class T, bool PingPong, WsLoads Loads = WsLoads::kCpAsync>
+// tk / tv: TMA maps of the K and V pools (see encode_kv_tensor_map).
+template <class T, bool PingPong>
 __global__ void __launch_bounds__(384, 1)
     shared_attention_ws_kernel(const PagedAttentionParams p, const __grid_constant__ CUtensorMap tk,
                                const __grid_constant__ CUtensorMap tv) {
 #if HYDRAGEN_WGMMA
-  constexpr bool HwArrive = Loads != WsLoads::kCpAsync;
-  constexpr bool QLoader = Loads == WsLoads::kTma;  // producer warps 1..3 copy Q (v20-qload)
-  constexpr int kStageCopiers = QLoader ? 32 : 128;  // producer threads that fill the stages
+  constexpr int kStageCopiers = 32;  // producer warp 0 fills the stages
   using Tile = WsSharedTile<T>;
   constexpr int D = Tile::D;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -105,15 +98,14 @@ __global__ void __launch_bounds__(384, 1)
   const std::uint32_t empty_addr = full_addr + Tile::kStages * 8;
   const std::uint32_t q_full_addr = empty_addr + Tile::kStages * 8, q_free_addr = q_full_addr + 8;
 
-  // As the previous launch's dependent (p.q_after_wait, kTma only: its Q loaders are the only
-  // readers of q), this block lets its own dependents start only once it has waited for that
+  // As the previous launch's dependent (p.q_after_wait: its Q loaders are the only readers of q), this block lets its own dependents start only once it has waited for that
   // launch, so that nothing after it runs ahead of the q and K/V that launch writes.
-  const bool q_after_wait = Loads == WsLoads::kTma && p.q_after_wait != 0;
+  const bool q_after_wait = p.q_after_wait != 0;
   if (!q_after_wait) allow_dependent_launch();
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = warp / 4;
   if (tid == 0) {
     for (int s = 0; s < Tile::kStages; ++s) {
-      wgmma::mbar_init(full_addr + 8 * s, HwArrive ? kStageCopiers : 4);  // every copying thread / warp
+      wgmma::mbar_init(full_addr + 8 * s, kStageCopiers);  // every lane of producer warp 0 (noinc)
       wgmma::mbar_init(empty_addr + 8 * s, 8);   // lane 0 of every consumer warp
     }
     wgmma::mbar_init(q_full_addr, Tile::kQLoaders);  // every Q loader thread (noinc)
@@ -129,33 +121,16 @@ __global__ void __launch_bounds__(384, 1)
     const T* kp = static_cast<const T*>(p.k_pool);
     const T* vp = static_cast<const T*>(p.v_pool);
     const int c = tid % 16;        // this thread's 16-byte chunk of every key row it copies
-    const int key0 = tid / 16;     // its first key of a piece (copy_piece: then every kStageCopiers / 16)
-    int issued = 0, pending_stage = -1;
+    const int key0 = tid / 16;     // its first key of a piece (copy_piece: then every second)
+    int issued = 0;
     // Pieces of block pi / 2 (tokens 0 past the item's pieces).
     auto load_pieces = [&](const attn::PlanItem& it, int pi, attn::PlanPiece (&pc)[2]) {
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         pc[h] = pi + h < it.piece_count ? p.pieces[it.piece_begin + pi + h] : attn::PlanPiece{0, 0, 0, 0};
     };
-    // Pool token slots of this thread's keys of a block (page-table loads; -1 past a piece).
-    auto lookup = [&](const attn::PlanPiece (&pc)[2], int (&slot)[2][8]) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const int key = key0 + 8 * i, tok = pc[h].token_begin + key;
-          slot[h][i] = key < pc[h].tokens ? pool_slot(p, pc[h], tok) : -1;
-        }
-    };
-    // A stage is full once this warp's copies of it have landed (each lane waited for its own
-    // and made them visible to the tensor cores; __syncwarp orders them before lane 0's arrive).
-    auto arrive_full = [&](int stage) {
-      wgmma::fence_proxy_async();
-      __syncwarp();
-      if (lane == 0) wgmma::mbar_arrive(full_addr + 8 * stage);
-    };
-    // cp.async of one piece's keys into its half of a stage by the kStageCopiers threads (this
-    // one: keys key0 + copiers / 16 * i); zeros past the piece.
+    // cp.async of one piece's keys into its half of a stage by producer warp 0 (this lane:
+    // keys key0 + 2 i); zeros past the piece.
     auto copy_piece = [&](const attn::PlanPiece& pc, int h, int kv_head, unsigned char* sk) {
       unsigned char* sv = sk + Tile::kKvBytes;
       constexpr int kKeyStep = kStageCopiers / 16;
@@ -170,155 +145,99 @@ __global__ void __launch_bounds__(384, 1)
         ptx::cp_async_16(sv + o, vp + off, valid);
       }
     };
-    if constexpr (Loads == WsLoads::kTma) {
-      if (warp > 0) {
-        // Q loader: tile rows lt and lt + 96 (< 128) of every item of this block, 16 chunks each.
-        const int lt = tid - 32;
-        int k = 0;
-        for (int item_index = blockIdx.x; item_index < item_count; item_index += gridDim.x, ++k) {
-          const attn::PlanItem it = p.items[item_index];
-          std::int64_t src[2];
-          bool valid[2];
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            const int r = lt + Tile::kQLoaders * j;
-            valid[j] = r < it.row_count && r < Tile::kRows;
-            src[j] = 0;
-            if (valid[j]) {
-              const attn::PlanRow row = p.rows[it.row_begin + r];
-              src[j] = (std::int64_t{row.token} * p.q_heads + it.kv_head * group_size + row.group) * D;
-            }
-          }
-          if (k == 0 && q_after_wait) {  // q is the previous launch's: wait for it here, with the item read
-            wait_for_previous_launch();
-            allow_dependent_launch();
-          }
-          if (k > 0) wgmma::mbar_wait(q_free_addr, (k - 1) & 1);  // the consumers are done with the last Q
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            const int r = lt + Tile::kQLoaders * j;
-            if (r >= Tile::kRows) continue;
-            const T* q = static_cast<const T*>(p.q) + src[j];
-#pragma unroll
-            for (int c16 = 0; c16 < 16; ++c16) ptx::cp_async_16(sq + swizzled_offset(r, c16, Tile::kQHalf), q + c16 * 8, valid[j]);
-          }
-          wgmma::mbar_arrive_cp_async(q_full_addr);
-        }
-        // A block without items still finishes only after the previous launch (its completion
-        // must imply that launch's, for the launches after this one).
-        if (k == 0 && q_after_wait) wait_for_previous_launch();
-        ptx::cp_async_commit();
-        ptx::cp_async_wait<0>();  // nothing of this thread's in flight when it exits
-        return;
-      }
-      // Lane l of warp 0 owns box l of a stage: piece h, chunk j of box_keys keys, head-dim
-      // half dh, tensor t (K or V). Page sizes are multiples of 16 (build_attention_plan), so a
-      // stage has at most 2 x 4 x 4 = 32 boxes: one per lane.
-      const int box_keys = p.page_size < 64 ? p.page_size : 64;
-      const int boxes_per_piece = (64 / box_keys) * 4;
-      const int h = lane / boxes_per_piece, j = lane % boxes_per_piece / 4, dh = lane / 2 % 2, t = lane % 2;
-      const bool box_lane = warp == 0 && lane < 2 * boxes_per_piece;
-      auto whole = [&](const attn::PlanPiece& pc) {
-        return pc.tokens == 64 && (pc.token_begin & (box_keys - 1)) == 0;
-      };
-      // Pool slot of this lane's box in block (pieces) pc; -1 where its piece is not whole.
-      auto box_slot = [&](const attn::PlanPiece (&pc)[2]) {
-        const attn::PlanPiece piece = h == 0 ? pc[0] : pc[1];  // no dynamic index: pc stays in registers
-        if (!box_lane || !whole(piece)) return -1;
-        const int tok = piece.token_begin + j * box_keys;
-        return pool_slot(p, piece, tok);
-      };
-      for (int item_index = blockIdx.x; item_index < item_count; item_index += gridDim.x) {
+    if (warp > 0) {
+      // Q loader: tile rows lt and lt + 96 (< 128) of every item of this block, 16 chunks each.
+      const int lt = tid - 32;
+      int k = 0;
+      for (int item_index = blockIdx.x; item_index < item_count; item_index += gridDim.x, ++k) {
         const attn::PlanItem it = p.items[item_index];
-        if (it.piece_count == 0) continue;
-        // Pieces two blocks ahead, this lane's box slot one block ahead.
-        attn::PlanPiece pc[2], next[2];
-        load_pieces(it, 0, pc);
-        load_pieces(it, 2, next);
-        int slot = box_slot(pc);
-        for (int pi = 0; pi < it.piece_count; pi += 2) {
-          attn::PlanPiece after[2];
-          load_pieces(it, pi + 4, after);
-          const int next_slot = box_slot(next);
-          const int stage = issued % Tile::kStages;
-          const std::uint32_t full = full_addr + 8 * stage;
-          wgmma::mbar_wait(empty_addr + 8 * stage, ((issued / Tile::kStages) & 1) ^ 1);
-          unsigned char* sk = skv + stage * Tile::kStageBytes;
-          const bool w0 = whole(pc[0]), w1 = whole(pc[1]);
-          if (warp == 0 && (w0 || w1)) {
-            if (lane == 0) wgmma::mbar_expect_tx(full, (int(w0) + int(w1)) * 2 * 64 * D * int(sizeof(T)));
-            __syncwarp();
-            if (slot >= 0)
-              wgmma::tma_load_3d(ptx::smem_addr(sk + t * Tile::kKvBytes + dh * Tile::kKvHalf + (64 * h + j * box_keys) * 128),
-                                 t == 0 ? static_cast<const void*>(&tk) : static_cast<const void*>(&tv), 64 * dh, it.kv_head,
-                                 slot, full);
-          }
-          if (!w0) copy_piece(pc[0], 0, it.kv_head, sk);
-          if (!w1) copy_piece(pc[1], 1, it.kv_head, sk);
-          wgmma::mbar_arrive_cp_async(full);
-          ++issued;
+        std::int64_t src[2];
+        bool valid[2];
 #pragma unroll
-          for (int x = 0; x < 2; ++x) pc[x] = next[x], next[x] = after[x];
-          slot = next_slot;
+        for (int j = 0; j < 2; ++j) {
+          const int r = lt + Tile::kQLoaders * j;
+          valid[j] = r < it.row_count && r < Tile::kRows;
+          src[j] = 0;
+          if (valid[j]) {
+            const attn::PlanRow row = p.rows[it.row_begin + r];
+            src[j] = (std::int64_t{row.token} * p.q_heads + it.kv_head * group_size + row.group) * D;
+          }
         }
+        if (k == 0 && q_after_wait) {  // q is the previous launch's: wait for it here, with the item read
+          wait_for_previous_launch();
+          allow_dependent_launch();
+        }
+        if (k > 0) wgmma::mbar_wait(q_free_addr, (k - 1) & 1);  // the consumers are done with the last Q
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int r = lt + Tile::kQLoaders * j;
+          if (r >= Tile::kRows) continue;
+          const T* q = static_cast<const T*>(p.q) + src[j];
+#pragma unroll
+          for (int c16 = 0; c16 < 16; ++c16) ptx::cp_async_16(sq + swizzled_offset(r, c16, Tile::kQHalf), q + c16 * 8, valid[j]);
+        }
+        wgmma::mbar_arrive_cp_async(q_full_addr);
       }
+      // A block without items still finishes only after the previous launch (its completion
+      // must imply that launch's, for the launches after this one).
+      if (k == 0 && q_after_wait) wait_for_previous_launch();
       ptx::cp_async_commit();
       ptx::cp_async_wait<0>();  // nothing of this thread's in flight when it exits
-    } else {
-      for (int item_index = blockIdx.x; item_index < item_count; item_index += gridDim.x) {
-        const attn::PlanItem it = p.items[item_index];
-        if (it.piece_count == 0) continue;
-        // Two-deep lookahead: block b's slots, block b + 1's pieces. The dependent loads (piece,
-        // then page) of later blocks are in flight while this thread waits for a free stage.
-        attn::PlanPiece pc[2];
-        int slot[2][8];
-        load_pieces(it, 0, pc);
-        lookup(pc, slot);
-        load_pieces(it, 2, pc);
-        for (int pi = 0; pi < it.piece_count; pi += 2) {
-          int next_slot[2][8];
-          lookup(pc, next_slot);     // block b + 1
-          load_pieces(it, pi + 4, pc);  // block b + 2
-          const int stage = issued % Tile::kStages;
-          wgmma::mbar_wait(empty_addr + 8 * stage, ((issued / Tile::kStages) & 1) ^ 1);
-          unsigned char* sk = skv + stage * Tile::kStageBytes;
-          unsigned char* sv = sk + Tile::kKvBytes;
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-              const bool valid = slot[h][i] >= 0;  // zero-filled past the piece: P = 0 meets V = 0
-              const std::int64_t off = valid ? (std::int64_t{slot[h][i]} * p.kv_heads + it.kv_head) * D + c * 8 : 0;
-              const int o = swizzled_offset(64 * h + key0 + 8 * i, c, Tile::kKvHalf);
-              ptx::cp_async_16(sk + o, kp + off, valid);
-              ptx::cp_async_16(sv + o, vp + off, valid);
-            }
-          if constexpr (HwArrive) {
-            wgmma::mbar_arrive_cp_async(full_addr + 8 * stage);
-          } else {
-            ptx::cp_async_commit();
-            // The stage before this one is complete once at most this stage's group is in flight.
-            if (pending_stage >= 0) {
-              ptx::cp_async_wait<1>();
-              arrive_full(pending_stage);
-            }
-            pending_stage = stage;
-          }
-          ++issued;
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-#pragma unroll
-            for (int i = 0; i < 8; ++i) slot[h][i] = next_slot[h][i];
+      return;
+    }
+    // Lane l of warp 0 owns box l of a stage: piece h, chunk j of box_keys keys, head-dim
+    // half dh, tensor t (K or V). Page sizes are multiples of 16 (build_attention_plan), so a
+    // stage has at most 2 x 4 x 4 = 32 boxes: one per lane.
+    const int box_keys = p.page_size < 64 ? p.page_size : 64;
+    const int boxes_per_piece = (64 / box_keys) * 4;
+    const int h = lane / boxes_per_piece, j = lane % boxes_per_piece / 4, dh = lane / 2 % 2, t = lane % 2;
+    const bool box_lane = lane < 2 * boxes_per_piece;
+    auto whole = [&](const attn::PlanPiece& pc) {
+      return pc.tokens == 64 && (pc.token_begin & (box_keys - 1)) == 0;
+    };
+    // Pool slot of this lane's box in block (pieces) pc; -1 where its piece is not whole.
+    auto box_slot = [&](const attn::PlanPiece (&pc)[2]) {
+      const attn::PlanPiece piece = h == 0 ? pc[0] : pc[1];  // no dynamic index: pc stays in registers
+      if (!box_lane || !whole(piece)) return -1;
+      const int tok = piece.token_begin + j * box_keys;
+      return pool_slot(p, piece, tok);
+    };
+    for (int item_index = blockIdx.x; item_index < item_count; item_index += gridDim.x) {
+      const attn::PlanItem it = p.items[item_index];
+      if (it.piece_count == 0) continue;
+      // Pieces two blocks ahead, this lane's box slot one block ahead.
+      attn::PlanPiece pc[2], next[2];
+      load_pieces(it, 0, pc);
+      load_pieces(it, 2, next);
+      int slot = box_slot(pc);
+      for (int pi = 0; pi < it.piece_count; pi += 2) {
+        attn::PlanPiece after[2];
+        load_pieces(it, pi + 4, after);
+        const int next_slot = box_slot(next);
+        const int stage = issued % Tile::kStages;
+        const std::uint32_t full = full_addr + 8 * stage;
+        wgmma::mbar_wait(empty_addr + 8 * stage, ((issued / Tile::kStages) & 1) ^ 1);
+        unsigned char* sk = skv + stage * Tile::kStageBytes;
+        const bool w0 = whole(pc[0]), w1 = whole(pc[1]);
+        if (w0 || w1) {
+          if (lane == 0) wgmma::mbar_expect_tx(full, (int(w0) + int(w1)) * 2 * 64 * D * int(sizeof(T)));
+          __syncwarp();
+          if (slot >= 0)
+            wgmma::tma_load_3d(ptx::smem_addr(sk + t * Tile::kKvBytes + dh * Tile::kKvHalf + (64 * h + j * box_keys) * 128),
+                               t == 0 ? static_cast<const void*>(&tk) : static_cast<const void*>(&tv), 64 * dh, it.kv_head,
+                               slot, full);
         }
-      }
-      if constexpr (HwArrive) {
-        ptx::cp_async_commit();
-        ptx::cp_async_wait<0>();  // nothing of this thread's in flight when it exits
-      } else if (pending_stage >= 0) {
-        ptx::cp_async_wait<0>();
-        arrive_full(pending_stage);
+        if (!w0) copy_piece(pc[0], 0, it.kv_head, sk);
+        if (!w1) copy_piece(pc[1], 1, it.kv_head, sk);
+        wgmma::mbar_arrive_cp_async(full);
+        ++issued;
+#pragma unroll
+        for (int x = 0; x < 2; ++x) pc[x] = next[x], next[x] = after[x];
+        slot = next_slot;
       }
     }
+    ptx::cp_async_commit();
+    ptx::cp_async_wait<0>();  // nothing of this thread's in flight when it exits
     return;
   }
 
@@ -338,7 +257,7 @@ __global__ void __launch_bounds__(384, 1)
     if constexpr (PingPong) asm volatile("bar.arrive %0, 256;\n" ::"r"(3 + (cw ^ 1)) : "memory");
   };
   if (cw == 1) their_turn();
-  // The next item is read under the last P.V of this one (QLoader), so the boundary between
+  // The next item is read under the last P.V of this one, so the boundary between
   // items waits on neither it nor Q.
   attn::PlanItem it = blockIdx.x < item_count ? p.items[blockIdx.x] : attn::PlanItem{};
   int k = 0;
@@ -351,22 +270,11 @@ __global__ void __launch_bounds__(384, 1)
     // This consumer's S reads of the Q tile are done (every warp's: the barrier); the loader may
     // copy the next item's rows once both consumers say so.
     auto release_q = [&] {
-      if constexpr (QLoader) {
-        wgmma::named_barrier(1 + cw, 128);
-        if (ctid == 0) wgmma::mbar_arrive(q_free_addr);
-      }
+      wgmma::named_barrier(1 + cw, 128);
+      if (ctid == 0) wgmma::mbar_arrive(q_free_addr);
     };
-    if constexpr (QLoader) {
-      wgmma::mbar_wait(q_full_addr, k & 1);
-      wgmma::fence_proxy_async();  // the loader's cp.async writes -> the tensor cores' reads
-    } else {
-      // Q rows of this consumer (the last item's wgmmas that read them are complete: waited
-      // before its epilogue; the barrier orders every thread's wait before these stores).
-      wgmma::named_barrier(1 + cw, 128);
-      load_q_rows<T>(p, it, sq, Tile::kQHalf, cw * 64, 64, ctid, 128, group_size);
-      wgmma::fence_proxy_async();  // st.shared -> the tensor cores' reads
-      wgmma::named_barrier(1 + cw, 128);
-    }
+    wgmma::mbar_wait(q_full_addr, k & 1);
+    wgmma::fence_proxy_async();  // the loader's cp.async writes -> the tensor cores' reads
 
     // The epilogue's entries read now (not after the last P.V: a round trip at the boundary).
     int limit[2], entry[2];
@@ -385,7 +293,7 @@ __global__ void __launch_bounds__(384, 1)
     auto wait_full = [&] {  // -> the next block's stage, once its K and V are in
       const int stage = consumed % Tile::kStages;
       wgmma::mbar_wait(full_addr + 8 * stage, (consumed / Tile::kStages) & 1);
-      if constexpr (HwArrive) wgmma::fence_proxy_async();  // the producer's cp.async writes -> wgmma
+      wgmma::fence_proxy_async();  // the producer's cp.async writes -> wgmma
       ++consumed;
       return stage;
     };
@@ -505,7 +413,7 @@ __global__ void __launch_bounds__(384, 1)
       my_turn();
       issue_pv(prev_stage);
       their_turn();
-      if constexpr (QLoader) read_next();
+      read_next();
       wgmma::wait<0>();
       wgmma::fence_operands(o);
       keep_pk();
@@ -515,35 +423,32 @@ __global__ void __launch_bounds__(384, 1)
     }
 
     write_tile_states(p, entry, o, m, l, lane);
-    if (!QLoader || it.piece_count == 0) read_next();  // (else read under the last P.V)
+    if (it.piece_count == 0) read_next();  // (else read under the last P.V)
     it = next;
   }
 #endif
 }
 
 // Resident blocks per SM (1), or 0 when this build or device has no sm_90a code for it.
-template <class T, bool PingPong, WsLoads Loads>
+template <class T, bool PingPong>
 int prepare_shared_ws() {
   using Tile = WsSharedTile<T>;
-  return prepare_sm90_kernel(shared_attention_ws_kernel<T, PingPong, Loads>, Tile::kThreads, Tile::kSmemBytes);
+  return prepare_sm90_kernel(shared_attention_ws_kernel<T, PingPong>, Tile::kThreads, Tile::kSmemBytes);
 }
 
 // TMA map of a [slots, kv_heads, 128] pool (slots = pages * page_size) with boxes of
 // 64 dims x 1 head x min(page_size, 64) slots, 128-byte swizzle (paged_attention_runner.cu).
 CUtensorMap encode_kv_tensor_map(const void* pool, bool bf16, int kv_heads, int page_size);
 
-// p.q_after_wait (kTma only): launched as the programmatic dependent of the launch before it.
-template <class T, bool PingPong, WsLoads Loads>
+// p.q_after_wait: launched as the programmatic dependent of the launch before it.
+template <class T, bool PingPong>
 void launch_shared_ws(const PagedAttentionParams& p, int grid, cudaStream_t stream) {
   using Tile = WsSharedTile<T>;
-  CUtensorMap tk{}, tv{};
-  if constexpr (Loads == WsLoads::kTma) {
-    constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
-    tk = encode_kv_tensor_map(p.k_pool, bf16, p.kv_heads, p.page_size);
-    tv = encode_kv_tensor_map(p.v_pool, bf16, p.kv_heads, p.page_size);
-  }
-  launch_kernel(shared_attention_ws_kernel<T, PingPong, Loads>, grid, Tile::kThreads, Tile::kSmemBytes, stream,
-                Loads == WsLoads::kTma && p.q_after_wait != 0, p, tk, tv);
+  constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
+  const CUtensorMap tk = encode_kv_tensor_map(p.k_pool, bf16, p.kv_heads, p.page_size);
+  const CUtensorMap tv = encode_kv_tensor_map(p.v_pool, bf16, p.kv_heads, p.page_size);
+  launch_kernel(shared_attention_ws_kernel<T, PingPong>, grid, Tile::kThreads, Tile::kSmemBytes, stream,
+                p.q_after_wait != 0, p, tk, tv);
 }
 
 }  // namespace hydragen::cuda
