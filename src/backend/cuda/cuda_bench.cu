@@ -1,6 +1,8 @@
 // The CUDA side of `hydragen bench attention`: device ceilings (copy and bf16 GEMM rates)
 // and one timed attention point. Times with CUDA events around the step only, 256 MB
-// written between runs to flush L2, median of `repeats` after `warmup` runs.
+// written between runs to flush L2, median of `repeats` after `warmup` runs. The step's
+// launches are queued behind a device-side wait, so the time is the device's alone: what a
+// CUDA graph replays, without the host's time to encode and launch the kernels.
 #include "backend/cuda/cuda_bench.h"
 
 #include <cublas_v2.h>
@@ -28,6 +30,14 @@ __global__ void fill_random(std::uint16_t* p, std::int64_t n, std::uint32_t seed
   }
 }
 
+// Keeps the device busy for `ns` nanoseconds (one thread), so that what the host enqueues next
+// is queued before the device reaches it.
+__global__ void hold_device(std::uint64_t ns) {
+  std::uint64_t t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); while (t - t0 < ns);
+}
+
 void fill(void* p, std::int64_t n, std::uint32_t seed) {
   fill_random<<<1024, 256>>>(static_cast<std::uint16_t*>(p), n, seed);
   HG_CUDA_CHECK(cudaGetLastError());
@@ -43,7 +53,11 @@ struct DeviceBuffer {
 
 constexpr std::size_t kFlushBytes = 256u << 20;
 
-// Median/min/max of `repeats` timings of `step`, each after an L2 flush.
+// Median/min/max of `repeats` timings of `step`, each after an L2 flush. Before each timing the
+// device waits 200 us (hold_device) while the host records `start` and enqueues the step, so the
+// start event is not taken on an idle device that then waits for the host's launches (~10 us
+// per point: before session 17 every small point carried it). HYDRAGEN_BENCH_IDLE_START=1 times
+// the old way (for comparisons).
 template <class Step>
 AttentionBenchTiming time_step(Step&& step, int warmup, int repeats) {
   static DeviceBuffer flush(kFlushBytes);
@@ -57,6 +71,11 @@ AttentionBenchTiming time_step(Step&& step, int warmup, int repeats) {
     static const bool flush_l2 = std::getenv("HYDRAGEN_BENCH_NO_FLUSH") == nullptr;
     if (flush_l2) HG_CUDA_CHECK(cudaMemsetAsync(flush.p, i & 0xff, kFlushBytes));
     HG_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+    static const bool idle_start = std::getenv("HYDRAGEN_BENCH_IDLE_START") != nullptr;
+    if (!idle_start) {
+      hold_device<<<1, 1>>>(200'000);
+      HG_CUDA_CHECK(cudaGetLastError());
+    }
     HG_CUDA_CHECK(cudaEventRecord(start));
     step();
     HG_CUDA_CHECK(cudaEventRecord(stop));
