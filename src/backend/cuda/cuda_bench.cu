@@ -55,9 +55,9 @@ constexpr std::size_t kFlushBytes = 256u << 20;
 
 // Median/min/max of `repeats` timings of `step`, each after an L2 flush. Before each timing the
 // device waits 200 us (hold_device) while the host records `start` and enqueues the step, so the
-// start event is not taken on an idle device that then waits for the host's launches (~10 us
-// per point: before session 17 every small point carried it). HYDRAGEN_BENCH_IDLE_START=1 times
-// the old way (for comparisons).
+// start event is not taken on an idle device that then waits for the host's launches (2-6 us
+// per point on an H200, a third of the smallest points; before session 17 every point carried
+// it). HYDRAGEN_BENCH_IDLE_START=1 times the old way (for comparisons).
 template <class Step>
 AttentionBenchTiming time_step(Step&& step, int warmup, int repeats) {
   static DeviceBuffer flush(kFlushBytes);
