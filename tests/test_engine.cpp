@@ -480,24 +480,34 @@ TEST(Engine, OverlappedStepsGiveTheSameTokens) {
 // Overlapped steps run the same device work as step-by-step ones where the batch holds: a
 // runner that records every decode step's rows and plan sees the same sequence in both modes
 // (eight sequences of one length under a shared prompt, no stops).
-class StepRecorder final : public ForwardingRunner {
+// Calls observe() with the rows and plan of every decode step (step() with sampling, and
+// launch_decode), then runs it.
+class DecodeObserver : public ForwardingRunner {
  public:
   using ForwardingRunner::ForwardingRunner;
   engine::SampledTokens step(const StepRows& rows, const attn::AttentionPlan* plan,
                              const engine::StepSampling* sampling, const std::function<void()>& while_running,
                              bool plan_prepared) override {
-    if (sampling != nullptr) record(rows, plan);
+    if (sampling != nullptr) observe(rows, plan);
     return inner_->step(rows, plan, sampling, while_running, plan_prepared);
   }
   void launch_decode(const StepRows& rows, const attn::AttentionPlan* plan, const engine::StepSampling& sampling,
                      bool tokens_from_last) override {
-    record(rows, plan);
+    observe(rows, plan);
     inner_->launch_decode(rows, plan, sampling, tokens_from_last);
   }
+
+ protected:
+  virtual void observe(const StepRows& rows, const attn::AttentionPlan* plan) = 0;
+};
+
+class StepRecorder final : public DecodeObserver {
+ public:
+  using DecodeObserver::DecodeObserver;
   std::vector<std::string> steps;  // positions, slots and the plan's arrays, as bytes
 
  private:
-  void record(const StepRows& rows, const attn::AttentionPlan* plan) {
+  void observe(const StepRows& rows, const attn::AttentionPlan* plan) override {
     std::string bytes;
     auto put = [&](const auto& v) {
       bytes.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(v[0]));
@@ -602,6 +612,44 @@ TEST(Engine, ChunkedPrefillPinnedSegmentsAndPageSizesGiveTheSameTokens) {
     for (std::size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i].tokens, expected[i].tokens) << page_size << " " << i;
   }
   for (std::size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(out_pinned[i].tokens, expected[i].tokens) << i;
+}
+
+// The context positions where the decode plans' pieces end, over every decode step.
+class PieceEndRecorder final : public DecodeObserver {
+ public:
+  using DecodeObserver::DecodeObserver;
+  std::set<std::int32_t> ends;
+
+ private:
+  void observe(const StepRows&, const attn::AttentionPlan* plan) override {
+    if (plan != nullptr)
+      for (const attn::PlanPiece& piece : plan->pieces) ends.insert(piece.position + piece.tokens);
+  }
+};
+
+// A request's explicit sharing spec (GenerationRequest::segment_ends: a JSONL line's
+// "segments" / "segment_ids") pins segment boundaries inside a shared prompt: the decode plans'
+// pieces end there, where without the pins they run on (the 45-token system prompt is one
+// piece), and the tokens are the same either way.
+TEST(Engine, PinnedSegmentEndsAreBoundariesOfTheDecodePlans) {
+  const test::FixtureModel m = test::load_fixture_model("tiny-llama");
+  std::mt19937 rng(17);
+  const auto system = test::random_tokens(rng, 45, 512);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 3; ++i) requests.push_back(test::greedy_request(test::extended(system, rng, 5 + i), 4, 2));
+  auto pinned = requests;
+  for (auto& r : pinned) r.segment_ends = {10, 23};
+  for (AttentionChoice attention : {AttentionChoice::hydragen, AttentionChoice::paged}) {
+    PieceEndRecorder plain(cpu_runner(m)), with_pins(cpu_runner(m));
+    const auto a = test::run_engine(plain, requests, with(attention));
+    const auto b = test::run_engine(with_pins, pinned, with(attention));
+    const char* name = engine::choice_name(attention);
+    EXPECT_TRUE(plain.ends.count(45)) << name;
+    EXPECT_FALSE(plain.ends.count(10) || plain.ends.count(23)) << name;
+    EXPECT_TRUE(with_pins.ends.count(10) && with_pins.ends.count(23) && with_pins.ends.count(45)) << name;
+    ASSERT_EQ(a.size(), b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].tokens, b[i].tokens) << name << " " << i;
+  }
 }
 
 TEST(Engine, NoneModeKeepsTheProjectionsAndRuns) {
