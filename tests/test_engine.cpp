@@ -666,6 +666,23 @@ TEST(Engine, NoneModeKeepsTheProjectionsAndRuns) {
       << "without attention the tokens should differ from the model's";
 }
 
+// `none` skips only what mixes tokens: a row's output is its own projections and MLP, so two
+// prompts of one length that share only their last token continue the same way, and with
+// attention they do not.
+TEST(Engine, NoneModeIgnoresEveryTokenButARowsOwn) {
+  const test::FixtureModel m = test::load_fixture_model("tiny-llama");
+  std::mt19937 rng(23);
+  auto a = test::random_tokens(rng, 20, 512), b = test::random_tokens(rng, 20, 512);
+  a.push_back(77), b.push_back(77);
+  for (AttentionChoice attention : {AttentionChoice::none, AttentionChoice::hydragen}) {
+    auto runner = cpu_runner(m);
+    const auto out = test::run_engine(*runner, {test::greedy_request(a, 8), test::greedy_request(b, 8)}, with(attention));
+    ASSERT_EQ(out.size(), 2u);
+    if (attention == AttentionChoice::none) EXPECT_EQ(out[0].tokens, out[1].tokens);
+    else EXPECT_NE(out[0].tokens, out[1].tokens) << "the prompts' other tokens should matter with attention";
+  }
+}
+
 
 // The paper's one-level baseline: sharing limited to the root prefix (the problem is copied
 // into each sample's own pages) gives the same tokens as two-level sharing, and stores more.
