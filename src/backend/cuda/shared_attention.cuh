@@ -195,9 +195,9 @@ __device__ __forceinline__ bool online_softmax_step(float (&s)[N], float (&m)[2]
 // p = 2^(s * scale - m) at once, without the max's 64 comparisons, shuffles and vote first, and
 // the thread's part of each row's sum in `sum`. Returns whether the bet held for this thread:
 // each part sums to at most 2^lag (so no p is above 2^lag, the bound online_softmax_step keeps,
-// and nothing overflowed) and both rows have a max. Where it holds for every thread that
-// decides together, the caller adds `sum` to l (m stays, alpha would be 1); elsewhere s is
-// lost: the caller computes S again and takes online_softmax_step.
+// and nothing overflowed) and both rows have a max. Where it holds for every thread of the
+// warp, the caller adds `sum` to l (m stays, alpha would be 1); elsewhere s holds p, from
+// which rescale_from_p moves the maxima (or, after an overflow, the caller computes S again).
 template <int N>
 __device__ __forceinline__ bool exp_at_same_max(float (&s)[N], const float (&m)[2], float scale_log2, float lag_pow2,
                                                 float (&sum)[2]) {
