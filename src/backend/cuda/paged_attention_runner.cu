@@ -187,6 +187,9 @@ struct KernelPair {
 // The shared launch: the wgmma kernel of shared_attention.cuh where the build has sm_90a code
 // for this device and head_dim is 128, else the mma.sync template of paged_attention.cuh
 // (HYDRAGEN_SHARED_KERNEL, see paged_attention_runner.h).
+// The values HYDRAGEN_SHARED_KERNEL takes, for the error that refuses any other.
+constexpr const char* kSharedKernelNames = "auto, auto-ws, mma, wgmma, ws-tma, ws-pp-tma";
+
 template <class T, int D>
 void use_wgmma_shared(KernelPair& k, int shared_tile_rows) {
   if constexpr (D == 128) {
@@ -211,7 +214,7 @@ void use_wgmma_shared(KernelPair& k, int shared_tile_rows) {
         k.shared = v.launch, k.shared_blocks_per_sm = blocks, k.shared_wgmma = true;
         return;
       }
-      fail("HYDRAGEN_SHARED_KERNEL=", name, ": unknown kernel (auto, auto-ws, mma, wgmma, ws-tma, ws-pp-tma)");
+      fail("HYDRAGEN_SHARED_KERNEL=", name, ": unknown kernel (", kSharedKernelNames, ")");
     }
     const int blocks = shared_tile_rows == 128 ? prepare_shared_wgmma<T, 2>() : prepare_shared_wgmma<T, 1>();
     HG_CHECK(blocks > 0 || env == nullptr || std::string(env) != "wgmma",
@@ -222,7 +225,7 @@ void use_wgmma_shared(KernelPair& k, int shared_tile_rows) {
     k.shared_wgmma = true;
     // The default (unset, or auto / auto-ws): the TMA kernel too, for the plans it wins.
     HG_CHECK(name.empty() || name == "wgmma" || name == "auto" || name == "auto-ws", "HYDRAGEN_SHARED_KERNEL=", name,
-             ": unknown kernel (auto, auto-ws, mma, wgmma, ws-tma, ws-pp-tma)");
+             ": unknown kernel (", kSharedKernelNames, ")");
     if (name == "wgmma" || shared_tile_rows != 128) return;
     const int ws_blocks = prepare_shared_ws<T, true>();
     if (ws_blocks == 0) return;
