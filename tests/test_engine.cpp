@@ -477,9 +477,6 @@ TEST(Engine, OverlappedStepsGiveTheSameTokens) {
   }
 }
 
-// Overlapped steps run the same device work as step-by-step ones where the batch holds: a
-// runner that records every decode step's rows and plan sees the same sequence in both modes
-// (eight sequences of one length under a shared prompt, no stops).
 // Calls observe() with the rows and plan of every decode step (step() with sampling, and
 // launch_decode), then runs it.
 class DecodeObserver : public ForwardingRunner {
@@ -501,6 +498,9 @@ class DecodeObserver : public ForwardingRunner {
   virtual void observe(const StepRows& rows, const attn::AttentionPlan* plan) = 0;
 };
 
+// Overlapped steps run the same device work as step-by-step ones where the batch holds: a
+// runner that records every decode step's rows and plan sees the same sequence in both modes
+// (eight sequences of one length under a shared prompt, no stops).
 class StepRecorder final : public DecodeObserver {
  public:
   using DecodeObserver::DecodeObserver;
@@ -682,7 +682,6 @@ TEST(Engine, NoneModeIgnoresEveryTokenButARowsOwn) {
     else EXPECT_NE(out[0].tokens, out[1].tokens) << "the prompts' other tokens should matter with attention";
   }
 }
-
 
 // The paper's one-level baseline: sharing limited to the root prefix (the problem is copied
 // into each sample's own pages) gives the same tokens as two-level sharing, and stores more.
