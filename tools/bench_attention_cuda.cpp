@@ -1,8 +1,6 @@
 // The CUDA side of `hydragen bench attention`: each point and mode is handed to
 // cuda::bench_attention (CUDA events, L2 flushed, median); this file only maps the CLI's
 // point onto its case and its timing onto the shared row.
-#include <cstdlib>
-
 #include "bench_attention.h"
 #include "hydragen/error.h"
 
@@ -46,9 +44,7 @@ class CudaAttentionBench final : public AttentionBench {
     return {{"device", "cuda"},
             {"dtype", dtype_name(dtype_)},
             {"page_size", options_.page_size},
-            {"timer", std::getenv("HYDRAGEN_BENCH_IDLE_START") != nullptr
-                          ? "CUDA events, L2 flushed between runs, start recorded on an idle device (host launch time counted)"
-                          : "CUDA events, L2 flushed between runs, launches queued behind a device wait (device time only)"}};
+            {"timer", cuda::bench_timer_description()}};
   }
 
   std::vector<AttentionRow> measure(const AttentionPoint& point,

@@ -53,6 +53,12 @@ struct DeviceBuffer {
 
 constexpr std::size_t kFlushBytes = 256u << 20;
 
+// HYDRAGEN_BENCH_IDLE_START=1: time_step records `start` on an idle device (see below).
+bool idle_start() {
+  static const bool idle = std::getenv("HYDRAGEN_BENCH_IDLE_START") != nullptr;
+  return idle;
+}
+
 // Median/min/max of `repeats` timings of `step`, each after an L2 flush. Before each timing the
 // device waits 200 us (hold_device) while the host records `start` and enqueues the step, so the
 // start event is not taken on an idle device that then waits for the host's launches (2-6 us
@@ -71,8 +77,7 @@ AttentionBenchTiming time_step(Step&& step, int warmup, int repeats) {
     static const bool flush_l2 = std::getenv("HYDRAGEN_BENCH_NO_FLUSH") == nullptr;
     if (flush_l2) HG_CUDA_CHECK(cudaMemsetAsync(flush.p, i & 0xff, kFlushBytes));
     HG_CUDA_CHECK(cudaStreamSynchronize(nullptr));
-    static const bool idle_start = std::getenv("HYDRAGEN_BENCH_IDLE_START") != nullptr;
-    if (!idle_start) {
+    if (!idle_start()) {
       hold_device<<<1, 1>>>(200'000);
       HG_CUDA_CHECK(cudaGetLastError());
     }
@@ -218,6 +223,11 @@ AttentionBenchTiming bench_attention(const AttentionBenchCase& bc) {
   }
   timing.bytes = 2.0 * kv_tokens * token_bytes + 2.0 * q_elems * 2;
   return timing;
+}
+
+std::string bench_timer_description() {
+  return idle_start() ? "CUDA events, L2 flushed between runs, start recorded on an idle device (host launch time counted)"
+                      : "CUDA events, L2 flushed between runs, launches queued behind a device wait (device time only)";
 }
 
 }  // namespace hydragen::cuda

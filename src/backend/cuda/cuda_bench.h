@@ -57,5 +57,7 @@ DeviceCeilings measure_ceilings();
 // The current device's total memory in bytes.
 std::int64_t device_memory_bytes();
 AttentionBenchTiming bench_attention(const AttentionBenchCase& bench_case);
+// How bench_attention times a step (HYDRAGEN_BENCH_IDLE_START picks the old way), for the JSON.
+std::string bench_timer_description();
 
 }  // namespace hydragen::cuda
