@@ -6,10 +6,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <set>
 
 #include "cuda_test_util.h"
+
+#ifdef HYDRAGEN_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
 #include "hydragen/error.h"
 #include "engine_test_util.h"
 
@@ -28,6 +33,33 @@ std::unique_ptr<engine::ModelRunner> cuda_runner(const test::FixtureModel& m, bo
 }
 
 using test::with;
+
+// With no size asked, the pool takes the memory free after the weights less the reserve: what
+// is left free once the runner stands is about the reserve (the sink page and allocation
+// granularity aside), and the engine runs on it.
+TEST(CudaEngine, KvPoolTakesTheFreeMemoryLessTheReserve) {
+  SKIP_WITHOUT_GPU();
+#ifdef HYDRAGEN_WITH_CUDA
+  const test::FixtureModel m = test::load_fixture_model("tiny-llama-d64");
+  engine::RunnerOptions options;
+  options.max_batch = 16;
+  auto runner = engine::make_cuda_runner(m.config, m.weights, options);
+  std::size_t free_bytes = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total), cudaSuccess);
+  const std::int64_t page_bytes = runner->page_size() * runner->kv_bytes_per_token();
+  const std::int64_t pool = runner->kv_pages() * page_bytes;
+  const auto free_after = static_cast<std::int64_t>(free_bytes);
+  std::printf("[ numbers  ] pool %.2f GB of %.2f GB; free after the runner %lld MiB (reserve %lld MiB)\n", pool / 1e9,
+              total / 1e9, static_cast<long long>(free_after >> 20),
+              static_cast<long long>(engine::kCudaKvReserveBytes >> 20));
+  EXPECT_GT(pool, static_cast<std::int64_t>(total / 2)) << "the pool should take most of the device";
+  EXPECT_LE(free_after, engine::kCudaKvReserveBytes + page_bytes + (std::int64_t{64} << 20));
+  EXPECT_GE(free_after, engine::kCudaKvReserveBytes - 2 * page_bytes - (std::int64_t{64} << 20));
+  const auto out = test::run_engine(*runner, {test::greedy_request(m.reference["prompts"][0].get<std::vector<std::int32_t>>(), 8, 4)});
+  EXPECT_EQ(out.size(), 4u);
+  for (const auto& c : out) EXPECT_EQ(c.tokens.size(), 8u);
+#endif
+}
 
 TEST(CudaEngine, GreedyEqualsTransformersInEveryModeWithAndWithoutGraphs) {
   SKIP_WITHOUT_GPU();

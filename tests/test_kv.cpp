@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
 #include <string>
 
+#include "engine/model_runner.h"
 #include "hydragen/error.h"
 #include "kv/page_pool.h"
 #include "kv/radix_tree.h"
@@ -53,6 +55,45 @@ void expect_error(F f, const char* fragment) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
   }
+}
+
+// ---- The K/V pool's size ----------------------------------------------------
+
+// Issue 5: the pool takes the device's free memory after the weights (less a reserve) unless
+// --kv-memory or a page count says otherwise; too little memory, or an asked size past what is
+// free, is an error that names the sizes.
+TEST(KvPoolSize, TakesTheFreeMemoryLessTheReserveUnlessAsked) {
+  engine::RunnerOptions o;
+  o.page_size = 64;
+  const std::int64_t per_token = 1000, gb = 1000000000;
+  EXPECT_EQ(engine::kv_pool_pages(o, per_token, 10 * gb, gb), 9 * gb / (64 * per_token));
+  EXPECT_EQ(engine::kv_pool_pages(o, per_token, 10 * gb + 64 * per_token - 1, gb), 9 * gb / (64 * per_token));
+  EXPECT_EQ(engine::kv_pool_pages(o, per_token, -1, 0), engine::kCpuKvBytes / (64 * per_token));  // the CPU
+  o.kv_memory_bytes = 2 * gb;
+  EXPECT_EQ(engine::kv_pool_pages(o, per_token, 10 * gb, gb), 2 * gb / (64 * per_token));
+  EXPECT_EQ(engine::kv_pool_pages(o, per_token, -1, 0), 2 * gb / (64 * per_token));
+  o.kv_memory_bytes = 100;  // less than a page: still one
+  EXPECT_EQ(engine::kv_pool_pages(o, per_token, 10 * gb, gb), 1);
+  o.kv_pages = 7;  // a page count wins over everything
+  EXPECT_EQ(engine::kv_pool_pages(o, per_token, 10 * gb, gb), 7);
+  o.page_size = 16, o.kv_pages = 0, o.kv_memory_bytes = 0;
+  EXPECT_EQ(engine::kv_pool_pages(o, per_token, 10 * gb, gb), 9 * gb / (16 * per_token));
+}
+
+TEST(KvPoolSize, RefusesWhatTheDeviceCannotHoldAndCapsAtInt32Slots) {
+  engine::RunnerOptions o;
+  const std::int64_t gb = 1000000000;
+  expect_error([&] { engine::kv_pool_pages(o, 1000, gb + 1000, gb); }, "no room for a K/V pool");
+  expect_error([&] { engine::kv_pool_pages(o, 1000, gb / 2, gb); }, "476 MiB free after the weights");
+  o.kv_memory_bytes = 20 * gb;
+  expect_error([&] { engine::kv_pool_pages(o, 1000, 10 * gb, gb); }, "--kv-memory: 19073 MiB asked");
+  expect_error([&] { engine::kv_pool_pages(o, 1000, 10 * gb, gb); }, "at most 8583 MiB");
+  EXPECT_EQ(engine::kv_pool_pages(o, 1000, -1, 0), 20 * gb / (64 * 1000));  // the CPU: no device to check
+  o.kv_memory_bytes = 0;
+  // A tiny model on a big device: every slot and the sink page within int32.
+  const std::int64_t pages = engine::kv_pool_pages(o, 2, 1000 * gb, gb);
+  EXPECT_EQ(pages, std::numeric_limits<std::int32_t>::max() / 64 - 1);
+  EXPECT_LE((pages + 1) * 64, std::int64_t{std::numeric_limits<std::int32_t>::max()});
 }
 
 // ---- PagePool ---------------------------------------------------------------

@@ -23,9 +23,6 @@ AttentionChoice parse_choice(const std::string& name) {
   fail("unknown attention mode '", name, "': expected hydragen, paged, dense or none");
 }
 
-std::int64_t pages_for_bytes(std::int64_t bytes, int page_size, std::int64_t bytes_per_token) {
-  return std::max<std::int64_t>(1, bytes / (std::int64_t{page_size} * bytes_per_token));
-}
 
 namespace {
 
@@ -33,12 +30,7 @@ class CpuModelRunner final : public ModelRunner {
  public:
   CpuModelRunner(const ModelConfig& config, LlamaWeights weights, const RunnerOptions& options)
       : model_(config, std::move(weights)) {
-    const std::int64_t per_token = PagedKv::bytes_per_token(config, DType::f32);
-    const std::int64_t pages =
-        options.kv_pages > 0
-            ? options.kv_pages
-            : pages_for_bytes(options.kv_memory_bytes > 0 ? options.kv_memory_bytes : kCpuKvBytes,
-                              options.page_size, per_token);
+    const std::int64_t pages = kv_pool_pages(options, PagedKv::bytes_per_token(config, DType::f32), -1, 0);
     kv_ = PagedKv::allocate(config, pages, options.page_size, DType::f32, Device::cpu);
   }
 

@@ -27,9 +27,6 @@ namespace hydragen::engine {
 
 namespace {
 
-// Left free after the pool: cuBLAS workspace, plan buffers and partial states, graphs. At
-// batch 1024 these take ~0.5 GB; a 13B model at prefix 16K needs all but ~1.5 GB for K/V.
-constexpr std::int64_t kReserveBytes = std::int64_t{5} << 28;  // 1.25 GiB
 constexpr std::int64_t kMinStepRows = 512;                     // prefill chunks up to max(this, max_batch) rows
 
 // Decode batches are padded up to one of these sizes, so a handful of graphs serve every batch.
@@ -78,18 +75,10 @@ class CudaModelRunner final : public ModelRunner {
     steps_ = reinterpret_cast<std::uint64_t*>(device_i32 + 3 * cap);
     params_ = steps_ + cap;
 
-    const std::int64_t per_token = kv_bytes_per_token();
-    std::int64_t pages = options.kv_pages;
-    if (pages <= 0) {
-      std::int64_t budget = options.kv_memory_bytes;
-      if (budget <= 0) {
-        std::size_t free_bytes = 0, total = 0;
-        HG_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
-        budget = static_cast<std::int64_t>(free_bytes) - kReserveBytes;
-        HG_CHECK(budget > 0, "CUDA: ", free_bytes >> 20, " MiB free after the weights, not enough for a KV pool");
-      }
-      pages = pages_for_bytes(budget, options.page_size, per_token);
-    }
+    std::size_t free_bytes = 0, total = 0;
+    HG_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    const std::int64_t pages =
+        kv_pool_pages(options, kv_bytes_per_token(), static_cast<std::int64_t>(free_bytes), kCudaKvReserveBytes);
     // One more page than reported: the sink that padding rows write to.
     kv_ = PagedKv::allocate(config, pages + 1, options.page_size, DType::bf16, Device::cuda);
     kv_pages_ = pages;

@@ -28,6 +28,9 @@ const char* choice_name(AttentionChoice choice);
 AttentionChoice parse_choice(const std::string& name);  // throws naming the accepted values
 
 inline constexpr std::int64_t kCpuKvBytes = std::int64_t{1} << 30;  // the CPU runner's default K/V pool
+// Left free after the CUDA runner's pool: cuBLAS workspace, plan buffers and partial states,
+// graphs. At batch 1024 these take ~0.5 GB; a 13B model at prefix 16K needs all but ~1.5 GB for K/V.
+inline constexpr std::int64_t kCudaKvReserveBytes = std::int64_t{5} << 28;  // 1.25 GiB
 
 struct RunnerOptions {
   int page_size = 64;
@@ -104,5 +107,13 @@ std::unique_ptr<ModelRunner> make_cuda_runner(const ModelConfig& config, LlamaWe
 
 // Pages for a memory budget: budget / (page_size tokens x bytes per token), at least 1.
 std::int64_t pages_for_bytes(std::int64_t bytes, int page_size, std::int64_t bytes_per_token);
+
+// The K/V pool's pages for `options`: kv_pages when set; else kv_memory_bytes when set; else,
+// on a device (free_bytes >= 0: its free memory after the weights), that memory less
+// reserve_bytes, and on the CPU (free_bytes < 0) kCpuKvBytes. On a device an asked size must
+// fit what is free less the reserve, and too little free memory is an error that says how
+// much there is. Capped so that every slot (one sink page more) fits the plans' int32 slots.
+std::int64_t kv_pool_pages(const RunnerOptions& options, std::int64_t bytes_per_token, std::int64_t free_bytes,
+                           std::int64_t reserve_bytes);
 
 }  // namespace hydragen::engine
