@@ -6,17 +6,25 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "hydragen/attention.h"
+#include "model/llama.h"
 #include "model/llama_cuda.h"
 #include "model/model_config.h"
+#include "model/paged_kv.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
 #include "cuda_test_util.h"
+
+#ifdef HYDRAGEN_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
 #include "test_model_fixtures.h"
 
 namespace hydragen {
@@ -147,6 +155,59 @@ TEST(CudaModelReference, GreedyTokensMatchTransformersInEveryMode) {
       EXPECT_LE(reference.ties, kMaxTies) << what;
       for (const std::string& f : self.failures) ADD_FAILURE() << what << ", our greedy tokens: " << f;
       if (reference.ties == 0) EXPECT_EQ(actual, expected) << what;
+    }
+  }
+#endif
+}
+
+// The CUDA `none` step (attend null: o = q) keeps the projections like its CPU twin: every
+// layer's K and V of every row written, within bf16 of the CPU's none step, and the poisoned
+// slots past the rows untouched.
+TEST(CudaModelReference, NoneModeStepWritesTheKvOfItsCpuTwin) {
+  SKIP_WITHOUT_GPU();
+#ifdef HYDRAGEN_WITH_CUDA
+  const Fixture fixture;
+  const ModelConfig& config = fixture.config;
+  const Llama cpu_model(config, load_weights(config, Checkpoint(fixture.dir)));
+  const std::vector<std::int32_t> prompt = ids(fixture.record.at("prompts")[1]);
+  const auto n = static_cast<std::int64_t>(prompt.size());
+  StepRows rows;
+  rows.tokens = prompt;
+  for (std::int32_t i = 0; i < n; ++i) rows.positions.push_back(i), rows.slots.push_back(i);
+  const std::int64_t pages = n / 16 + 2;  // whole pages past the rows stay poisoned
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  PagedKv cpu_kv = PagedKv::allocate(config, pages, 16, DType::f32, Device::cpu);
+  PagedKv gpu_kv = PagedKv::allocate(config, pages, 16, DType::bf16, Device::cuda);
+  for (std::int64_t l = 0; l < cpu_kv.layers(); ++l) {
+    const auto i = static_cast<std::size_t>(l);
+    for (Tensor* t : {&cpu_kv.k[i], &cpu_kv.v[i]})
+      for (std::int64_t e = 0; e < t->numel(); ++e) t->data<float>()[e] = nan;
+    gpu_kv.k[i].copy_from(cpu_kv.k[i].to(DType::bf16));
+    gpu_kv.v[i].copy_from(cpu_kv.v[i].to(DType::bf16));
+  }
+  cpu_model.forward_paged(rows, nullptr, cpu_kv, false);
+
+  LlamaCuda::StepBuffers b = fixture.model.new_step_buffers(n);
+  auto device_i32 = [](std::vector<std::int32_t> values) {
+    return Tensor::wrap(values.data(), {static_cast<std::int64_t>(values.size())}, DType::i32).to(Device::cuda);
+  };
+  b.tokens.slice(0, 0, n).copy_from(device_i32(rows.tokens));
+  b.positions.slice(0, 0, n).copy_from(device_i32(rows.positions));
+  b.slots.slice(0, 0, n).copy_from(device_i32(rows.slots));
+  fixture.model.forward_rows(
+      n, b, [&](std::int64_t l) { return gpu_kv.k_slots(l); }, [&](std::int64_t l) { return gpu_kv.v_slots(l); }, {},
+      false, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::int64_t written = n * config.num_kv_heads * config.head_dim;
+  for (std::int64_t l = 0; l < cpu_kv.layers(); ++l) {
+    for (bool is_k : {true, false}) {
+      const Tensor expected = is_k ? cpu_kv.k_slots(l) : cpu_kv.v_slots(l);
+      const Tensor actual = (is_k ? gpu_kv.k_slots(l) : gpu_kv.v_slots(l)).to(Device::cpu).to(DType::f32);
+      for (std::int64_t e = 0; e < actual.numel(); ++e)
+        ASSERT_EQ(std::isfinite(actual.get(e)), e < written) << "layer " << l << (is_k ? " K" : " V") << " element " << e;
+      const double error = test::relative_error(actual.reshape({actual.numel()}).slice(0, 0, written),
+                                                expected.reshape({expected.numel()}).slice(0, 0, written));
+      EXPECT_LT(error, kMaxRelative) << "layer " << l << (is_k ? " K" : " V");
     }
   }
 #endif

@@ -4,12 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
+#include "attn/paged_plan.h"
 #include "model/greedy.h"
 #include "model/llama.h"
 #include "model/model_config.h"
+#include "model/paged_kv.h"
 #include "model/rope.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
@@ -91,6 +94,51 @@ TEST_P(ModelReference, RopeFrequenciesMatchTransformers) {
   const std::vector<float> actual = rope_inv_freq(load_model_config(dir));
   ASSERT_EQ(actual.size(), expected.size());
   for (std::size_t i = 0; i < expected.size(); ++i) EXPECT_NEAR(actual[i], expected[i], 1e-6 * expected[i]) << i;
+}
+
+// `none` skips attention and keeps the projections (the paper's throughput ceiling): its step
+// writes every layer's K and V of every row, and layer 0's (computed before any attention) are
+// exactly those of a step with attention. Slots past the rows, poisoned, stay untouched.
+TEST_P(ModelReference, NoneModeStepStillWritesEveryLayersKv) {
+  const Reference ref = load_reference(GetParam());
+  const ModelConfig& config = ref.model.config();
+  const std::vector<std::int32_t> prompt = ids(ref.record.at("prompts")[0]);
+  const auto n = static_cast<std::int64_t>(prompt.size());
+  StepRows rows;
+  rows.tokens = prompt;
+  for (std::int32_t i = 0; i < n; ++i) rows.positions.push_back(i), rows.slots.push_back(i);
+  attn::PagedLayout layout;
+  layout.page_size = 16;
+  layout.kv_heads = static_cast<int>(config.num_kv_heads), layout.q_heads = static_cast<int>(config.num_heads);
+  layout.head_dim = static_cast<int>(config.head_dim);
+  const std::int64_t pages = (n + 15) / 16 + 1;
+  std::vector<std::int32_t> page_ids;
+  for (std::int32_t p = 0; p < (n + 15) / 16; ++p) page_ids.push_back(p);
+  layout.sequences.push_back({kNoParent, n, page_ids, static_cast<int>(n)});
+  const attn::AttentionPlan plan = attn::build_attention_plan(layout);
+
+  const float poison = std::numeric_limits<float>::quiet_NaN();
+  auto poisoned_pool = [&] {
+    PagedKv kv = PagedKv::allocate(config, pages, 16, DType::f32, Device::cpu);
+    for (std::int64_t l = 0; l < kv.layers(); ++l)
+      for (Tensor* t : {&kv.k[static_cast<std::size_t>(l)], &kv.v[static_cast<std::size_t>(l)]})
+        for (std::int64_t i = 0; i < t->numel(); ++i) t->data<float>()[i] = poison;
+    return kv;
+  };
+  PagedKv none = poisoned_pool(), attended = poisoned_pool();
+  const Tensor none_logits = ref.model.forward_paged(rows, nullptr, none, true);
+  const Tensor logits = ref.model.forward_paged(rows, &plan, attended, true);
+  EXPECT_GT(relative_error(none_logits, logits), 1e-3) << "without attention the logits should differ";
+  const std::int64_t row_floats = config.num_kv_heads * config.head_dim;
+  for (std::int64_t l = 0; l < none.layers(); ++l) {
+    const Tensor k = none.k_slots(l), v = none.v_slots(l), k_attended = attended.k_slots(l);
+    for (std::int64_t i = 0; i < k.numel(); ++i) {
+      const bool written = i < n * row_floats;
+      ASSERT_EQ(std::isfinite(k.get(i)), written) << "layer " << l << " K element " << i;
+      ASSERT_EQ(std::isfinite(v.get(i)), written) << "layer " << l << " V element " << i;
+      if (l == 0 && written) ASSERT_EQ(k.get(i), k_attended.get(i)) << "layer 0 K element " << i;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ModelReference, ::testing::Values("tiny-llama", "tiny-qwen2", "tiny-llama31", "tiny-llama-d64"),
