@@ -75,6 +75,7 @@ class CudaModelRunner final : public ModelRunner {
     steps_ = reinterpret_cast<std::uint64_t*>(device_i32 + 3 * cap);
     params_ = steps_ + cap;
 
+    cuda::prepare_linear(stream_);  // (its memory is taken before the pool is sized, not after)
     std::size_t free_bytes = 0, total = 0;
     HG_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
     const std::int64_t pages =

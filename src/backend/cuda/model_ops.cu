@@ -308,7 +308,9 @@ __global__ void copy_slots_kernel(const int* src, const int* dst, std::int64_t p
 cublasHandle_t cublas_handle() {
   thread_local cublasHandle_t handle = [] {
     cublasHandle_t h = nullptr;
-    HG_CHECK(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS, "cublasCreate failed");
+    const cublasStatus_t status = cublasCreate(&h);
+    HG_CHECK(status == CUBLAS_STATUS_SUCCESS, "cublasCreate failed with status ", static_cast<int>(status),
+             " (", cublasGetStatusString(status), ")");
     return h;
   }();
   return handle;
@@ -438,6 +440,13 @@ void linear(const Tensor& x, const Tensor& w, Tensor& out, void* stream) {
                    &alpha, w.raw(), CUDA_R_16BF, static_cast<int>(in), x.raw(), CUDA_R_16BF, static_cast<int>(in), &beta,
                    out.raw(), out.dtype() == DType::f32 ? CUDA_R_32F : CUDA_R_16BF, static_cast<int>(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   HG_CHECK(status == CUBLAS_STATUS_SUCCESS, "linear: cublasGemmEx failed with status ", static_cast<int>(status));
+}
+
+void prepare_linear(void* stream) {
+  // A 16x16x16 product: the handle, the stream's workspace and the library's first kernels.
+  Tensor x = Tensor::zeros({16, 16}, DType::bf16, Device::cuda), out = Tensor::zeros({16, 16}, DType::bf16, Device::cuda);
+  linear(x, x, out, stream);
+  HG_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream)));
 }
 
 void add_bias(Tensor& y, const Tensor& bias, void* stream) {

@@ -41,6 +41,10 @@ void add_into(Tensor& x, const Tensor& y, void* stream = nullptr);
 // f32 [rows, out] (f32 for logits, so greedy argmax sees no bf16 ties); one cuBLAS GEMM with
 // fp32 accumulation. Twin: linear.
 void linear(const Tensor& x, const Tensor& w, Tensor& out, void* stream = nullptr);
+// Makes now what linear makes on its first call on this thread and stream: the cuBLAS handle,
+// its library state and its workspace. A runner calls it before handing the free memory to its
+// K/V pool, or that first call would find none left.
+void prepare_linear(void* stream = nullptr);
 
 // y[r] += bias for every row r: y bf16 [rows, n], bias bf16 [n]. Twin: linear's bias.
 void add_bias(Tensor& y, const Tensor& bias, void* stream = nullptr);
