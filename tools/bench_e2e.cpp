@@ -6,8 +6,8 @@
 // lengths and marked "sampled"; the rest run every step.
 #include <algorithm>
 #include <chrono>
-#include <map>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <random>
 
@@ -242,7 +242,7 @@ void run_docqa(engine::ModelRunner& runner, const ModelConfig& config, const std
 // problem copied into each sample's own pages). The whole job (total_problems) runs in rounds
 // of P problems that all have the same shape (every sample generates new_tokens), so its time is
 // computed from the one round measured: rounds x (prefill + decode), said so in the JSON and the
-// table. The summary compares the two at equal batch and at the largest batch each fits.
+// table. The summary compares the two at equal batch, and each at its fastest round size.
 void run_two_level(engine::ModelRunner& runner, const ModelConfig& config, const std::string& preset,
                    const E2eOptions& o, nlohmann::json& rows) {
   HG_CHECK(o.total_problems > 0, "--total-problems must be positive, got ", o.total_problems);

@@ -23,7 +23,6 @@ AttentionChoice parse_choice(const std::string& name) {
   fail("unknown attention mode '", name, "': expected hydragen, paged, dense or none");
 }
 
-
 namespace {
 
 class CpuModelRunner final : public ModelRunner {
