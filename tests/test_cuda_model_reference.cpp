@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <limits>
 #include <set>
@@ -14,10 +14,12 @@
 #include <vector>
 
 #include "hydragen/attention.h"
+#include "hydragen/error.h"
 #include "model/llama.h"
 #include "model/llama_cuda.h"
 #include "model/model_config.h"
 #include "model/paged_kv.h"
+#include "model/presets.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
 #include "cuda_test_util.h"
@@ -210,6 +212,44 @@ TEST(CudaModelReference, NoneModeStepWritesTheKvOfItsCpuTwin) {
       EXPECT_LT(error, kMaxRelative) << "layer " << l << (is_k ? " K" : " V");
     }
   }
+#endif
+}
+
+// Weights that cannot fit the device are refused before the first upload, naming both sizes:
+// the free memory is taken down (a buffer holding all but half of what the model needs) and
+// the model built. One layer of codellama-7b, random bf16 weights on the host (~0.9 GB: far
+// above the device's 2 MiB allocation granularity).
+TEST(CudaModelReference, WeightsLargerThanTheFreeMemoryAreRefusedByName) {
+  SKIP_WITHOUT_GPU();
+#ifdef HYDRAGEN_WITH_CUDA
+  ModelConfig config = load_preset("codellama-7b");
+  config.num_layers = 1;
+  const LlamaWeights weights = random_weights(config, 5, DType::bf16, Device::cpu);
+  const std::int64_t need = llama_cuda_upload_bytes(config, weights);
+  std::size_t free_bytes = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total), cudaSuccess);
+  void* hog = nullptr;
+  for (std::int64_t take = static_cast<std::int64_t>(free_bytes) - need / 2; take > 0 && hog == nullptr;
+       take -= std::int64_t{2} << 20) {
+    if (cudaMalloc(&hog, static_cast<std::size_t>(take)) != cudaSuccess) hog = nullptr, cudaGetLastError();
+  }
+  ASSERT_NE(hog, nullptr) << "could not take the device's free memory down";
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total), cudaSuccess);
+  if (static_cast<std::int64_t>(free_bytes) < need) {
+    try {
+      LlamaCuda model(config, weights);
+      ADD_FAILURE() << "a model of " << need << " bytes was built with " << free_bytes << " bytes free";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("does not fit this GPU"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::to_string(need >> 20) + " MiB on the device"), std::string::npos)
+          << e.what();
+    }
+  } else {
+    ADD_FAILURE() << free_bytes << " bytes still free after the buffer; the model needs " << need;
+  }
+  cudaFree(hog);
+  LlamaCuda fits(config, weights);  // and with the memory back, it is built
+  EXPECT_EQ(fits.config().num_layers, config.num_layers);
 #endif
 }
 

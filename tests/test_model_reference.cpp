@@ -11,6 +11,7 @@
 #include "attn/paged_plan.h"
 #include "model/greedy.h"
 #include "model/llama.h"
+#include "model/llama_cuda.h"
 #include "model/model_config.h"
 #include "model/paged_kv.h"
 #include "model/rope.h"
@@ -139,6 +140,20 @@ TEST_P(ModelReference, NoneModeStepStillWritesEveryLayersKv) {
       if (l == 0 && written) ASSERT_EQ(k.get(i), k_attended.get(i)) << "layer 0 K element " << i;
     }
   }
+}
+
+// What the CUDA model uploads (its check against the device's free memory, before the first
+// upload): every parameter once in bf16 when the weights come from the host, the stacked
+// q/k/v and gate/up also when the rest is already on the device in bf16.
+TEST_P(ModelReference, CudaUploadBytesAreTheModelInBf16) {
+  const std::filesystem::path dir = test::model_fixture_dir() / GetParam();
+  const ModelConfig config = load_model_config(dir);
+  const LlamaWeights weights = load_weights(config, Checkpoint(dir));
+  EXPECT_EQ(llama_cuda_upload_bytes(config, weights), 2 * config.parameter_count());
+  LlamaWeights no_layers = weights;
+  no_layers.layers.clear();
+  const std::int64_t embeddings = config.vocab_size * config.hidden_size * (config.tie_word_embeddings ? 1 : 2);
+  EXPECT_EQ(llama_cuda_upload_bytes(config, no_layers), 2 * (embeddings + config.hidden_size));
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ModelReference, ::testing::Values("tiny-llama", "tiny-qwen2", "tiny-llama31", "tiny-llama-d64"),

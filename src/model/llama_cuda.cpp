@@ -1,5 +1,28 @@
 #include "model/llama_cuda.h"
 
+namespace hydragen {
+
+std::int64_t llama_cuda_upload_bytes(const ModelConfig& config, const LlamaWeights& weights) {
+  auto copied = [](const Tensor& t) -> std::int64_t {  // device_bf16's new allocation, if any
+    if (!t.defined() || (t.dtype() == DType::bf16 && t.device() == Device::cuda && t.is_contiguous())) return 0;
+    return 2 * t.numel();
+  };
+  auto stacked = [](std::initializer_list<const Tensor*> parts) -> std::int64_t {
+    std::int64_t elements = 0;
+    for (const Tensor* part : parts) elements += part->defined() ? part->numel() : 0;
+    return 2 * elements;
+  };
+  std::int64_t bytes =
+      copied(weights.embed) + copied(weights.final_norm) + (config.tie_word_embeddings ? 0 : copied(weights.lm_head));
+  for (const LayerWeights& w : weights.layers) {
+    bytes += copied(w.attn_norm) + copied(w.wo) + copied(w.bo) + copied(w.mlp_norm) + copied(w.w_down);
+    bytes += stacked({&w.wq, &w.wk, &w.wv}) + stacked({&w.bq, &w.bk, &w.bv}) + stacked({&w.w_gate, &w.w_up});
+  }
+  return bytes;
+}
+
+}  // namespace hydragen
+
 #ifdef HYDRAGEN_WITH_CUDA
 
 #include <cuda_runtime.h>
@@ -52,6 +75,12 @@ Tensor device_i32(const std::vector<std::int32_t>& values) {
 LlamaCuda::LlamaCuda(ModelConfig config, const LlamaWeights& weights) : config_(std::move(config)) {
   HG_CHECK(static_cast<std::int64_t>(weights.layers.size()) == config_.num_layers, "LlamaCuda: ",
            weights.layers.size(), " layers of weights for a config of ", config_.num_layers);
+  std::size_t free_bytes = 0, total_bytes = 0;
+  HG_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess, "LlamaCuda: cudaMemGetInfo failed");
+  const std::int64_t need = llama_cuda_upload_bytes(config_, weights);
+  HG_CHECK(need <= static_cast<std::int64_t>(free_bytes), "the model's weights take ", need >> 20,
+           " MiB on the device in bf16, and it has ", free_bytes >> 20, " MiB free of ", total_bytes >> 20,
+           " MiB: the model does not fit this GPU");
   embed_ = device_bf16(weights.embed);
   final_norm_ = device_bf16(weights.final_norm);
   lm_head_ = config_.tie_word_embeddings ? embed_ : device_bf16(weights.lm_head);

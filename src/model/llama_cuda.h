@@ -19,6 +19,13 @@
 
 namespace hydragen {
 
+// Bytes LlamaCuda's constructor allocates on the device for `weights`: a bf16 copy of every
+// tensor not already bf16 and contiguous on the device, and the stacked q/k/v and gate/up
+// matrices (new allocations either way; with config.tie_word_embeddings lm_head is embed's).
+// The constructor refuses the weights, naming both sizes, before its first upload when this
+// exceeds the free memory. Any build (the CPU tests check it).
+std::int64_t llama_cuda_upload_bytes(const ModelConfig& config, const LlamaWeights& weights);
+
 class LlamaCuda {
  public:
   // weights of any float dtype, on the CPU or the device (e.g. random_weights(config, seed,
