@@ -238,21 +238,30 @@ void run_docqa(engine::ModelRunner& runner, const ModelConfig& config, const std
   }
 }
 
+// The requests as a sharing level sees them: "one-level" copies each problem into its samples'
+// own pages, sharing only the few-shot prompt (GenerationRequest::max_shared_tokens).
+std::vector<engine::GenerationRequest> at_level(std::vector<engine::GenerationRequest> requests,
+                                                const std::string& level, const E2eOptions& o) {
+  if (level == "one-level")
+    for (engine::GenerationRequest& r : requests) r.max_shared_tokens = o.fewshot_tokens;
+  return requests;
+}
+
+// Whole-job seconds per problems per round, per sharing level.
+using JobTimes = std::map<std::string, std::map<std::int64_t, double>>;
+
 // --run-job P: the whole two-level job (total_problems problems under `fewshot`) run through one
 // engine with P x samples sequences at a time, for both sharing levels, wall clock from
 // submission to the last token (prefill, every decode step, graph captures). Beside each, the
 // job computed from the round timed at P problems, if one was: the check of that computation.
 void run_two_level_job(engine::ModelRunner& runner, const ModelConfig& config, const std::string& preset,
-                       const E2eOptions& o, const std::vector<std::int32_t>& fewshot,
-                       const std::map<std::int64_t, double>& two_at, const std::map<std::int64_t, double>& one_at,
+                       const E2eOptions& o, const std::vector<std::int32_t>& fewshot, JobTimes& computed,
                        nlohmann::json& rows) {
   std::mt19937 rng(static_cast<std::uint32_t>(o.seed + 1));
   const std::vector<engine::GenerationRequest> requests =
       requests_under(fewshot, o.total_problems, o.problem_tokens, o.samples, rng, config, o);
   for (const char* level : {"two-level", "one-level"}) {
-    std::vector<engine::GenerationRequest> shaped = requests;
-    if (std::string(level) == "one-level")
-      for (engine::GenerationRequest& r : shaped) r.max_shared_tokens = o.fewshot_tokens;
+    const std::vector<engine::GenerationRequest> shaped = at_level(requests, level, o);
     engine::EngineOptions eo;
     eo.attention = engine::AttentionChoice::hydragen;
     eo.max_running = o.run_job * o.samples;
@@ -272,10 +281,9 @@ void run_two_level_job(engine::ModelRunner& runner, const ModelConfig& config, c
                        {"fewshot_tokens", o.fewshot_tokens}, {"problem_tokens", o.problem_tokens},
                        {"job_s_run", seconds}, {"tokens", tokens}, {"failed", failed},
                        {"prefill_s", engine.stats().prefill_seconds}, {"peak_running", engine.stats().peak_running}};
-    const auto& computed = std::string(level) == "two-level" ? two_at : one_at;
-    const auto it = computed.find(o.run_job);
+    const auto it = computed[level].find(o.run_job);
     std::string check;
-    if (it != computed.end()) {
+    if (it != computed[level].end()) {
       row["job_s_computed"] = it->second;
       char text[96];
       std::snprintf(text, sizeof text, " (computed from one round: %.1f s, run / computed %.3f)", it->second,
@@ -297,27 +305,21 @@ void run_two_level_job(engine::ModelRunner& runner, const ModelConfig& config, c
 // problem copied into each sample's own pages). The whole job (total_problems) runs in rounds
 // of P problems that all have the same shape (every sample generates new_tokens), so its time is
 // computed from the one round measured: rounds x (prefill + decode), said so in the JSON and the
-// table (a last, partial round counts as a whole one: 120 problems divide into rounds of 1-4). The summary compares the two at equal batch, and each at its fastest round size.
+// table (a last, partial round counts as a whole one: 120 problems divide into rounds of 1-4).
+// The summary compares the two at equal batch, and each at its fastest round size.
 void run_two_level(engine::ModelRunner& runner, const ModelConfig& config, const std::string& preset,
                    const E2eOptions& o, nlohmann::json& rows) {
   HG_CHECK(o.total_problems > 0, "--total-problems must be positive, got ", o.total_problems);
   HG_CHECK(o.run_job >= 0, "--run-job must be 0 (off) or a number of problems per round, got ", o.run_job);
   std::mt19937 rng(static_cast<std::uint32_t>(o.seed));
   const std::vector<std::int32_t> fewshot = random_prompt(rng, config, o.fewshot_tokens);
-  struct Best {
-    double seconds = 0;
-    std::int64_t problems = 0;
-  };
-  std::map<std::string, Best> best;   // per case: the fastest whole job over the round sizes
-  std::map<std::int64_t, double> two_at, one_at;  // whole-job seconds per round size
+  JobTimes job_at;
   for (std::int64_t problems : cli::parse_count_list(o.problems, "--problems")) {
     const std::vector<engine::GenerationRequest> requests =
         requests_under(fewshot, problems, o.problem_tokens, o.samples, rng, config, o);
     for (const char* level : {"two-level", "one-level"}) {
-      std::vector<engine::GenerationRequest> shaped = requests;
-      if (std::string(level) == "one-level")
-        for (engine::GenerationRequest& r : shaped) r.max_shared_tokens = o.fewshot_tokens;
-      PointResult r = time_generation(runner, engine::AttentionChoice::hydragen, shaped, problems * o.samples, o);
+      PointResult r = time_generation(runner, engine::AttentionChoice::hydragen, at_level(requests, level, o),
+                                      problems * o.samples, o);
       r.row["case"] = level;
       r.row["preset"] = preset;
       r.row["problems"] = problems;
@@ -334,25 +336,26 @@ void run_two_level(engine::ModelRunner& runner, const ModelConfig& config, const
         r.row["job_basis"] = "rounds x this round's prefill + decode (computed, not run)";
         std::printf("%-14s   all %lld problems in %lld rounds of this one: %.1f s (computed)\n", preset.c_str(),
                     static_cast<long long>(o.total_problems), static_cast<long long>(rounds), job);
-        (std::string(level) == "two-level" ? two_at : one_at)[problems] = job;
-        Best& b = best[level];
-        if (b.problems == 0 || job < b.seconds) b = {job, problems};
+        job_at[level][problems] = job;
       }
       rows.push_back(r.row);
     }
   }
-  if (o.run_job > 0) run_two_level_job(runner, config, preset, o, fewshot, two_at, one_at, rows);
+  if (o.run_job > 0) run_two_level_job(runner, config, preset, o, fewshot, job_at, rows);
+  const auto& two_at = job_at["two-level"];
+  const auto& one_at = job_at["one-level"];
   for (const auto& [problems, two] : two_at)
     if (one_at.count(problems))
       std::printf("%-14s   whole job, %lld problems per round (equal batch): two-level %.1f s, one-level %.1f s, %.2fx\n",
-                  preset.c_str(), static_cast<long long>(problems), two, one_at[problems], one_at[problems] / two);
-  if (best.count("two-level") && best.count("one-level")) {
-    const Best& two = best["two-level"];
-    const Best& one = best["one-level"];
+                  preset.c_str(), static_cast<long long>(problems), two, one_at.at(problems), one_at.at(problems) / two);
+  if (!two_at.empty() && !one_at.empty()) {
+    auto by_time = [](const auto& a, const auto& b) { return a.second < b.second; };
+    const auto two = *std::min_element(two_at.begin(), two_at.end(), by_time);
+    const auto one = *std::min_element(one_at.begin(), one_at.end(), by_time);
     std::printf("%-14s   whole job, each at its fastest round size: two-level %.1f s (%lld problems per round), "
                 "one-level %.1f s (%lld), %.2fx\n",
-                preset.c_str(), two.seconds, static_cast<long long>(two.problems), one.seconds,
-                static_cast<long long>(one.problems), one.seconds / two.seconds);
+                preset.c_str(), two.second, static_cast<long long>(two.first), one.second,
+                static_cast<long long>(one.first), one.second / two.second);
   }
 }
 
