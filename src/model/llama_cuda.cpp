@@ -2,10 +2,18 @@
 
 namespace hydragen {
 
+namespace {
+
+// A weight LlamaCuda uses where it is (random weights made on the device), without a copy.
+bool bf16_in_place(const Tensor& t) {
+  return t.dtype() == DType::bf16 && t.device() == Device::cuda && t.is_contiguous();
+}
+
+}  // namespace
+
 std::int64_t llama_cuda_upload_bytes(const ModelConfig& config, const LlamaWeights& weights) {
   auto copied = [](const Tensor& t) -> std::int64_t {  // device_bf16's new allocation, if any
-    if (!t.defined() || (t.dtype() == DType::bf16 && t.device() == Device::cuda && t.is_contiguous())) return 0;
-    return 2 * t.numel();
+    return !t.defined() || bf16_in_place(t) ? 0 : 2 * t.numel();
   };
   auto stacked = [](std::initializer_list<const Tensor*> parts) -> std::int64_t {
     std::int64_t elements = 0;
@@ -16,7 +24,8 @@ std::int64_t llama_cuda_upload_bytes(const ModelConfig& config, const LlamaWeigh
       copied(weights.embed) + copied(weights.final_norm) + (config.tie_word_embeddings ? 0 : copied(weights.lm_head));
   for (const LayerWeights& w : weights.layers) {
     bytes += copied(w.attn_norm) + copied(w.wo) + copied(w.bo) + copied(w.mlp_norm) + copied(w.w_down);
-    bytes += stacked({&w.wq, &w.wk, &w.wv}) + stacked({&w.bq, &w.bk, &w.bv}) + stacked({&w.w_gate, &w.w_up});
+    bytes += stacked({&w.wq, &w.wk, &w.wv}) + stacked({&w.w_gate, &w.w_up});
+    if (config.qkv_bias) bytes += stacked({&w.bq, &w.bk, &w.bv});
   }
   return bytes;
 }
@@ -38,8 +47,7 @@ namespace {
 
 Tensor device_bf16(const Tensor& t) {
   if (!t.defined()) return {};
-  // Already in place (random weights made on the device): share it, no second copy.
-  if (t.dtype() == DType::bf16 && t.device() == Device::cuda && t.is_contiguous()) return t;
+  if (bf16_in_place(t)) return t;  // share it, no second copy
   Tensor out = Tensor::empty(t.shape(), DType::bf16, Device::cuda);
   out.copy_from(t.is_contiguous() ? t : t.clone());
   return out;
