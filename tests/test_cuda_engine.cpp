@@ -11,12 +11,12 @@
 #include <set>
 
 #include "cuda_test_util.h"
+#include "hydragen/error.h"
+#include "engine_test_util.h"
 
 #ifdef HYDRAGEN_WITH_CUDA
 #include <cuda_runtime.h>
 #endif
-#include "hydragen/error.h"
-#include "engine_test_util.h"
 
 namespace hydragen {
 namespace {

@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <limits>
 #include <set>
 #include <string>
 #include <vector>
@@ -23,11 +22,11 @@
 #include "model/safetensors.h"
 #include "model/weights.h"
 #include "cuda_test_util.h"
+#include "test_model_fixtures.h"
 
 #ifdef HYDRAGEN_WITH_CUDA
 #include <cuda_runtime.h>
 #endif
-#include "test_model_fixtures.h"
 
 namespace hydragen {
 namespace {
@@ -171,19 +170,13 @@ TEST(CudaModelReference, NoneModeStepWritesTheKvOfItsCpuTwin) {
   const Fixture fixture;
   const ModelConfig& config = fixture.config;
   const Llama cpu_model(config, load_weights(config, Checkpoint(fixture.dir)));
-  const std::vector<std::int32_t> prompt = ids(fixture.record.at("prompts")[1]);
-  const auto n = static_cast<std::int64_t>(prompt.size());
-  StepRows rows;
-  rows.tokens = prompt;
-  for (std::int32_t i = 0; i < n; ++i) rows.positions.push_back(i), rows.slots.push_back(i);
+  const StepRows rows = test::prompt_rows(ids(fixture.record.at("prompts")[1]));
+  const std::int64_t n = rows.size();
   const std::int64_t pages = n / 16 + 2;  // whole pages past the rows stay poisoned
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  PagedKv cpu_kv = PagedKv::allocate(config, pages, 16, DType::f32, Device::cpu);
+  PagedKv cpu_kv = test::poisoned_pool(config, pages, 16);
   PagedKv gpu_kv = PagedKv::allocate(config, pages, 16, DType::bf16, Device::cuda);
   for (std::int64_t l = 0; l < cpu_kv.layers(); ++l) {
     const auto i = static_cast<std::size_t>(l);
-    for (Tensor* t : {&cpu_kv.k[i], &cpu_kv.v[i]})
-      for (std::int64_t e = 0; e < t->numel(); ++e) t->data<float>()[e] = nan;
     gpu_kv.k[i].copy_from(cpu_kv.k[i].to(DType::bf16));
     gpu_kv.v[i].copy_from(cpu_kv.v[i].to(DType::bf16));
   }

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,8 @@
 #include <unistd.h>
 
 #include "hydragen/tensor.h"
+#include "model/model_config.h"
+#include "model/paged_kv.h"
 
 namespace hydragen::test {
 
@@ -36,6 +39,24 @@ inline double relative_error(const Tensor& actual, const Tensor& expected) {
     norm += e * e;
   }
   return std::sqrt(diff / norm);
+}
+
+// The rows of one sequence's prompt as a prefill step: positions and slots 0..n-1.
+inline StepRows prompt_rows(const std::vector<std::int32_t>& prompt) {
+  StepRows rows;
+  rows.tokens = prompt;
+  for (std::int32_t i = 0; i < static_cast<std::int32_t>(prompt.size()); ++i)
+    rows.positions.push_back(i), rows.slots.push_back(i);
+  return rows;
+}
+
+// An f32 CPU K/V pool with every element NaN, so that a slot nobody wrote shows.
+inline PagedKv poisoned_pool(const ModelConfig& config, std::int64_t pages, int page_size) {
+  PagedKv kv = PagedKv::allocate(config, pages, page_size, DType::f32, Device::cpu);
+  for (std::int64_t l = 0; l < kv.layers(); ++l)
+    for (Tensor* t : {&kv.k[static_cast<std::size_t>(l)], &kv.v[static_cast<std::size_t>(l)]})
+      for (std::int64_t i = 0; i < t->numel(); ++i) t->data<float>()[i] = std::numeric_limits<float>::quiet_NaN();
+  return kv;
 }
 
 // A fresh empty directory under the system temp dir, removed when the object dies.

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <limits>
 #include <string>
 #include <vector>
 
@@ -98,16 +97,14 @@ TEST_P(ModelReference, RopeFrequenciesMatchTransformers) {
 }
 
 // `none` skips attention and keeps the projections (the paper's throughput ceiling): its step
-// writes every layer's K and V of every row, and layer 0's (computed before any attention) are
-// exactly those of a step with attention. Slots past the rows, poisoned, stay untouched.
+// writes every layer's K and V of every row, and layer 0's K and V (computed before any
+// attention) are exactly those of a step with attention. Slots past the rows, poisoned, stay
+// untouched.
 TEST_P(ModelReference, NoneModeStepStillWritesEveryLayersKv) {
   const Reference ref = load_reference(GetParam());
   const ModelConfig& config = ref.model.config();
-  const std::vector<std::int32_t> prompt = ids(ref.record.at("prompts")[0]);
-  const auto n = static_cast<std::int64_t>(prompt.size());
-  StepRows rows;
-  rows.tokens = prompt;
-  for (std::int32_t i = 0; i < n; ++i) rows.positions.push_back(i), rows.slots.push_back(i);
+  const StepRows rows = test::prompt_rows(ids(ref.record.at("prompts")[0]));
+  const std::int64_t n = rows.size();
   attn::PagedLayout layout;
   layout.page_size = 16;
   layout.kv_heads = static_cast<int>(config.num_kv_heads), layout.q_heads = static_cast<int>(config.num_heads);
@@ -118,33 +115,30 @@ TEST_P(ModelReference, NoneModeStepStillWritesEveryLayersKv) {
   layout.sequences.push_back({kNoParent, n, page_ids, static_cast<int>(n)});
   const attn::AttentionPlan plan = attn::build_attention_plan(layout);
 
-  const float poison = std::numeric_limits<float>::quiet_NaN();
-  auto poisoned_pool = [&] {
-    PagedKv kv = PagedKv::allocate(config, pages, 16, DType::f32, Device::cpu);
-    for (std::int64_t l = 0; l < kv.layers(); ++l)
-      for (Tensor* t : {&kv.k[static_cast<std::size_t>(l)], &kv.v[static_cast<std::size_t>(l)]})
-        for (std::int64_t i = 0; i < t->numel(); ++i) t->data<float>()[i] = poison;
-    return kv;
-  };
-  PagedKv none = poisoned_pool(), attended = poisoned_pool();
+  PagedKv none = test::poisoned_pool(config, pages, 16), attended = test::poisoned_pool(config, pages, 16);
   const Tensor none_logits = ref.model.forward_paged(rows, nullptr, none, true);
   const Tensor logits = ref.model.forward_paged(rows, &plan, attended, true);
   EXPECT_GT(relative_error(none_logits, logits), 1e-3) << "without attention the logits should differ";
   const std::int64_t row_floats = config.num_kv_heads * config.head_dim;
   for (std::int64_t l = 0; l < none.layers(); ++l) {
-    const Tensor k = none.k_slots(l), v = none.v_slots(l), k_attended = attended.k_slots(l);
+    const Tensor k = none.k_slots(l), v = none.v_slots(l), k_attended = attended.k_slots(l),
+                 v_attended = attended.v_slots(l);
     for (std::int64_t i = 0; i < k.numel(); ++i) {
       const bool written = i < n * row_floats;
       ASSERT_EQ(std::isfinite(k.get(i)), written) << "layer " << l << " K element " << i;
       ASSERT_EQ(std::isfinite(v.get(i)), written) << "layer " << l << " V element " << i;
-      if (l == 0 && written) ASSERT_EQ(k.get(i), k_attended.get(i)) << "layer 0 K element " << i;
+      if (l == 0 && written) {
+        ASSERT_EQ(k.get(i), k_attended.get(i)) << "layer 0 K element " << i;
+        ASSERT_EQ(v.get(i), v_attended.get(i)) << "layer 0 V element " << i;
+      }
     }
   }
 }
 
 // What the CUDA model uploads (its check against the device's free memory, before the first
-// upload): every parameter once in bf16 when the weights come from the host, the stacked
-// q/k/v and gate/up also when the rest is already on the device in bf16.
+// upload): every parameter once in bf16 when the weights come from the host, the embeddings
+// once with tied ones. (Weights already on the device count only their stacked q/k/v and
+// gate/up; that needs a device, and the GPU fit test uses host weights.)
 TEST_P(ModelReference, CudaUploadBytesAreTheModelInBf16) {
   const std::filesystem::path dir = test::model_fixture_dir() / GetParam();
   const ModelConfig config = load_model_config(dir);
