@@ -278,53 +278,75 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
     for (int i = 0; i < DL; ++i) acc[r][i] = 0.f;
   }
 
-  // Chunk ci = half (ci & 1) of piece ci / 2. The next chunk's piece and page are fetched
-  // while this one computes, so a chunk costs the K and V round trips only.
-  const int chunks = it.piece_count * 2;
-  attn::PlanPiece next_piece{0, 0, 0, 0, 0};
-  int next_slot = 0;
-  if (chunks > 0) {
-    next_piece = p.pieces[it.piece_begin];
-    next_slot = key_slot(next_piece, 0);
-  }
-  for (int ci = 0; ci < chunks; ++ci) {
-    const attn::PlanPiece piece = next_piece;
-    const int slot = next_slot;  // this lane's key's token slot in the pools
-    const int first = (ci & 1) * Shape::kChunk;
-    const int count = min(piece.tokens - first, Shape::kChunk);  // valid keys in this chunk
-    const bool valid = lane < count;
-    if (count <= 0) {  // the empty second half of a short piece
-      if (ci + 1 < chunks) {
-        next_piece = p.pieces[it.piece_begin + (ci + 1) / 2];
-        next_slot = key_slot(next_piece, 0);
-      }
-      continue;
+  // The item's keys in chunks of kChunk: a piece's first half, and its second where it holds
+  // more than kChunk keys. A chunk's K and V rows go to sk and sv with cp.async, kRowLanes lanes
+  // per row (coalesced; one lane per key made each load touch 32 rows; perf-notes v9-suffix),
+  // in two copy groups: the next chunk's K is issued as soon as this chunk's scores are in
+  // registers (sk is free), its V as soon as this chunk's P.V is done (sv is free). So each
+  // load runs under half a chunk of arithmetic, with no second stage of shared memory (v37:
+  // K and V of a chunk went out together and were waited on together, the warp idle for every
+  // chunk's round trip). The chunk after next's piece is read while this one computes.
+  struct Chunk {
+    attn::PlanPiece piece;
+    int index;  // piece index in p.pieces
+    int first;  // 0 or kChunk: the half
+    int slot;   // this lane's key's token slot in the pools (0 past the chunk's keys)
+  };
+  const int pieces_end = it.piece_begin + it.piece_count;
+  // The chunk after c (false: c is the item's last).
+  auto advance = [&](const Chunk& c, Chunk& out) {
+    if (c.first == 0 && c.piece.tokens > Shape::kChunk) {
+      out = {c.piece, c.index, Shape::kChunk, key_slot(c.piece, Shape::kChunk)};
+      return true;
     }
-    // The chunk's K and V rows -> sk, sv with cp.async, kRowLanes lanes per row (coalesced;
-    // one lane per key made each load touch 32 rows), one memory round trip per chunk
-    // (perf-notes v9-suffix). The next chunk's page lookups go out behind them.
-    {
-      constexpr int kRowsPerStep = 32 / Shape::kRowLanes;
-      const int sub = (lane % Shape::kRowLanes) * 8;
-      // The chunk's rows only (1 for a one-key suffix); the mma path reads all 32, so its rows
-      // past `count` are zero-filled (a stale or never-written V row times p = 0 could be NaN).
-      const int steps = kMma ? Shape::kChunk / kRowsPerStep : (count + kRowsPerStep - 1) / kRowsPerStep;
+    if (c.index + 1 >= pieces_end) return false;
+    out.index = c.index + 1, out.first = 0, out.piece = p.pieces[out.index];
+    out.slot = key_slot(out.piece, 0);
+    return true;
+  };
+  constexpr int kRowsPerStep = 32 / Shape::kRowLanes;
+  const int sub = (lane % Shape::kRowLanes) * 8;
+  // Chunk c's rows of one pool into dst (row stride `stride`), one copy group. The mma path
+  // reads all kChunk rows, so its rows past the chunk's keys are zero-filled (a stale or
+  // never-written V row times p = 0 could be NaN); the scalar path copies the chunk's rows only
+  // (1 for a one-key suffix).
+  auto issue = [&](const Chunk& c, T* dst, const T* pool, int stride) {
+    const int count = min(c.piece.tokens - c.first, Shape::kChunk);
+    const int steps = kMma ? Shape::kChunk / kRowsPerStep : (count + kRowsPerStep - 1) / kRowsPerStep;
 #pragma unroll 4
-      for (int i = 0; i < steps; ++i) {
-        const int key = i * kRowsPerStep + lane / Shape::kRowLanes;
-        const std::int64_t off = slot_offset(__shfl_sync(0xffffffffu, slot, key)) + sub;  // slot 0 past the keys
-        ptx::cp_async_16(sk + key * Shape::kKRow + sub, kp + off, key < count);
-        ptx::cp_async_16(sv + key * kVRow + sub, vp + off, key < count);
-      }
-      ptx::cp_async_commit();
+    for (int i = 0; i < steps; ++i) {
+      const int key = i * kRowsPerStep + lane / Shape::kRowLanes;
+      const std::int64_t off = slot_offset(__shfl_sync(0xffffffffu, c.slot, key)) + sub;  // slot 0 past the keys
+      ptx::cp_async_16(dst + key * stride + sub, pool + off, key < count);
     }
+    ptx::cp_async_commit();
+  };
+  Chunk cur{}, next{};
+  bool has_cur = it.piece_count > 0, has_next = false;
+  if (has_cur) {
+    cur.index = it.piece_begin, cur.first = 0, cur.piece = p.pieces[cur.index];
+    cur.slot = key_slot(cur.piece, 0);
+    issue(cur, sk, kp, Shape::kKRow);
+    issue(cur, sv, vp, kVRow);
     if ((R == 1 || rows_in_line) && !fetched) fetch_shared_states();  // under the first chunk's keys
-    if (ci + 1 < chunks) {
-      if ((ci & 1) == 1) next_piece = p.pieces[it.piece_begin + (ci + 1) / 2];
-      next_slot = key_slot(next_piece, ((ci + 1) & 1) * Shape::kChunk);
-    }
-    ptx::cp_async_wait<0>();  // this lane's copies; the barrier makes every lane's visible
+    has_next = advance(cur, next);
+  }
+  // The pending copy groups at a chunk's start: its K, then its V.
+  auto issue_next_k = [&] {
+    __syncwarp();  // every lane is done reading sk
+    if (has_next) issue(next, sk, kp, Shape::kKRow);
+  };
+  auto wait_v = [&] {  // pending: this chunk's V, then (has_next) the next chunk's K
+    if (has_next) ptx::cp_async_wait<1>();
+    else ptx::cp_async_wait<0>();
     __syncwarp();
+  };
+  while (has_cur) {
+    const int first = cur.first;
+    const int count = min(cur.piece.tokens - first, Shape::kChunk);  // valid keys in this chunk
+    const bool valid = lane < count;
+    ptx::cp_async_wait<1>();  // this lane's copies of the chunk's K (its V may be in flight);
+    __syncwarp();             // the barrier makes every lane's visible
     if constexpr (kMma) {
       const int mi = lane >> 3, mr = lane & 7;  // ldmatrix: this lane's matrix and row
       // S^T = K Q^T: two 16-key tiles x D / 16 k-steps.
@@ -340,8 +362,9 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
           ptx::mma_16816<T>(s[mt], a, qf[ks][0], qf[ks][1]);
         }
       }
+      issue_next_k();  // sk is free: S is in registers
       // Mask and scale; the max per row over the chunk: the 8 lanes of this ft.
-      const int first_pos = piece.position + first;
+      const int first_pos = cur.piece.position + first;
       float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
@@ -385,7 +408,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
         of[mt][0] *= alpha[0], of[mt][1] *= alpha[1];
         of[mt][2] *= alpha[0], of[mt][3] *= alpha[1];
       }
-      __syncwarp();
+      wait_v();  // (and the warp's P visible)
       // O^T += V^T (P_hi + P_lo)^T: D / 16 dim tiles x two 16-key k-steps.
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk) {
@@ -402,7 +425,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
           ptx::mma_16816<T>(of[mt], a, c0, c1);
         }
       }
-      __syncwarp();  // P, sk and sv are rewritten by the next chunk
+      __syncwarp();  // P and sv are rewritten for the next chunk
     } else {
       // Scores: this lane's key (its padded row of sk: conflict-free) against every row.
       float s[R];
@@ -417,13 +440,14 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
           for (int r = 0; r < R; ++r) s[r] = dot8(sq + r * D + c * 8, k, s[r]);
         }
       }
-      const int pos = piece.position + first + lane;
+      issue_next_k();  // sk is free: the scores are in registers
+      const int pos = cur.piece.position + first + lane;
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         if (!valid || pos >= limit[r]) s[r] = -INFINITY;
         sp[r * Shape::kChunk + lane] = softmax_step<DL>(s[r], m[r], l[r], acc[r]);
       }
-      __syncwarp();
+      wait_v();  // (and the warp's p visible)
       // o += p V: this lane's DL dims of each of the chunk's keys (uniform loop bound), V from
       // shared memory (conflict-free: the warp reads one contiguous row per key).
 #pragma unroll 8
@@ -437,7 +461,13 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
           for (int i = 0; i < DL; ++i) acc[r][i] = fmaf(pr, v[i], acc[r][i]);
         }
       }
-      __syncwarp();  // sp, sk and sv are rewritten by the next chunk
+      __syncwarp();  // sp and sv are rewritten for the next chunk
+    }
+    if (has_next) issue(next, sv, vp, kVRow);  // under the next chunk's scores
+    has_cur = has_next;
+    if (has_cur) {
+      cur = next;
+      has_next = advance(cur, next);
     }
   }
 
