@@ -95,6 +95,27 @@ int splits_for(std::int64_t tokens, std::int64_t base_items, int slots,
   return static_cast<int>(best);
 }
 
+// Split count for a sequence's own `tokens` keys in the suffix launch (PlanOptions::
+// suffix_split_by_cost): the count with the least estimated time, in keys of one item's stream,
+//   waves x keys per split + kSuffixColumnCostTokensPerRow x rows x splits:
+// the busiest slot's keys, plus the partial state each split adds to every row of the item,
+// which the group's last item merges after all the others are done. splits_for's fill alone
+// took 8/1 B=64 at 16K to 33 splits for a wave 97% full instead of 94% (two waves, 33 columns
+// to merge: 0.195 ms dense, 0.165 ms with 16 splits; H200, docs/perf-notes.md session 19).
+int suffix_splits_for(std::int64_t tokens, std::int64_t base_items, int slots, std::int64_t min_split_tokens,
+                      std::int64_t rows) {
+  if (tokens <= 0 || base_items <= 0 || base_items >= slots) return 1;
+  const std::int64_t most = std::min<std::int64_t>({std::max<std::int64_t>(1, tokens / min_split_tokens), kMaxSplits,
+                                                    ceil_div(2 * std::int64_t{slots}, base_items)});
+  auto cost = [&](std::int64_t s) {
+    return ceil_div(base_items * s, slots) * ceil_div(tokens, s) + kSuffixColumnCostTokensPerRow * rows * s;
+  };
+  std::int64_t best = 1;
+  for (std::int64_t s = 2; s <= most; ++s)
+    if (cost(s) < cost(best)) best = s;
+  return static_cast<int>(best);
+}
+
 // Heads [0, bulk) split k_bulk ways, the rest k_tail ways.
 struct HeadSplits {
   int bulk, k_bulk, k_tail;
@@ -377,8 +398,12 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
   }
   for (int s = 0; s < num_sequences; ++s) {
     const auto& seq = layout.sequences[s];
-    own_splits[s] = splits_for(own_tokens[s], suffix_base_items, options.suffix_slots,
-                               options.suffix_min_split_tokens);
+    own_splits[s] = options.suffix_split_by_cost
+                        ? suffix_splits_for(own_tokens[s], suffix_base_items, options.suffix_slots,
+                                            options.suffix_min_split_tokens,
+                                            std::min<std::int64_t>(suffix_rows, std::int64_t{seq.query_tokens} * groups))
+                        : splits_for(own_tokens[s], suffix_base_items, options.suffix_slots,
+                                     options.suffix_min_split_tokens);
     const int* shared = shared_columns.data() + std::int64_t{s} * head_stride;
     columns[s] = *std::max_element(shared, shared + head_stride) + own_splits[s];
     plan.max_columns = std::max(plan.max_columns, columns[s]);

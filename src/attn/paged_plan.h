@@ -55,6 +55,12 @@ inline constexpr int kShortSplits = 8;
 inline constexpr std::int64_t kShortSplitSuffixRatio = 4;
 inline constexpr std::int64_t kMinSuffixSplitTokens = 128;  // the decode kernel: 4 chunks of 32 keys
 inline constexpr int kMaxSplits = 64;
+// The suffix split's cost model (PlanOptions::suffix_split_by_cost): each split's partial
+// state costs about kSuffixColumnCostTokensPerRow keys of one item's stream per row of the item,
+// to write and to merge. H200 (docs/perf-notes.md session 19): 8/1 B=64 dense at 16K ran
+// 0.195 / 0.165 / 0.156 ms with 33 / 16 / 8 splits of 8-row items, ~1 us per column of 8 rows,
+// about 16 keys of an item's stream.
+inline constexpr std::int64_t kSuffixColumnCostTokensPerRow = 2;
 
 // PlanOptions::suffix_tile_rows = kSuffixTileRowsByRule: the rows per suffix item are chosen by
 // one_row_suffix_items below (the CUDA backend's default). Its thresholds, measured on the
@@ -157,6 +163,10 @@ struct PlanOptions {
   int shared_full_tile_slots = 0;
   int suffix_slots = kSuffixSlots;
   std::int64_t suffix_min_split_tokens = kMinSuffixSplitTokens;
+  // Split a sequence's own keys by the estimated time (suffix_splits_for in paged_plan.cpp:
+  // waves, the bandwidth bound, a cost per merge column) instead of by the fill of the waves
+  // alone (false: the rule before session 19, kept for A/B: HYDRAGEN_SUFFIX_SPLIT_RULE=fill).
+  bool suffix_split_by_cost = true;
   // Query rows per suffix item, 1..kSuffixTileRows, or kSuffixTileRowsByRule (0): 1 where
   // one_row_suffix_items holds, else kSuffixTileRows. Fewer rows: more, shorter items, each
   // reading its K/V again (from L2 mostly), and one merge group per tile (docs/perf-notes.md e8).

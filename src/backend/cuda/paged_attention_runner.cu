@@ -372,6 +372,13 @@ attn::PlanOptions plan_options_for_device(DType dtype, int head_dim, AttentionMo
     options.suffix_min_split_tokens = std::atoll(env);
     HG_CHECK(options.suffix_min_split_tokens >= 1, "HYDRAGEN_SUFFIX_MIN_SPLIT=", env, ": must be a positive token count");
   }
+  // The suffix split rule (PlanOptions::suffix_split_by_cost): HYDRAGEN_SUFFIX_SPLIT_RULE=fill
+  // for the rule before session 19 (A/B).
+  if (const char* env = std::getenv("HYDRAGEN_SUFFIX_SPLIT_RULE")) {
+    const std::string rule = env;
+    HG_CHECK(rule == "fill" || rule == "cost", "HYDRAGEN_SUFFIX_SPLIT_RULE=", rule, ": must be fill or cost");
+    options.suffix_split_by_cost = rule == "cost";
+  }
   // Splits by kv head for the full-tile kernel's rounds (PlanOptions::shared_head_splits;
   // docs/perf-notes.md v19); HYDRAGEN_SHARED_HEAD_SPLITS=0 turns them off.
   const char* head_splits = std::getenv("HYDRAGEN_SHARED_HEAD_SPLITS");
