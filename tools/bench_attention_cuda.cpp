@@ -80,6 +80,13 @@ class CudaAttentionBench final : public AttentionBench {
       row.flops = t.flops > 0 ? t.flops : attention_useful_flops(point);
       row.bytes = t.bytes > 0 ? t.bytes : attention_min_bytes(point, mode, element_bytes);
       row.kv_bytes_held = attention_kv_bytes_held(point, mode, element_bytes);
+      // The floor of a memory-bound point at its size (a bare read of its bytes, timed the
+      // same way), measured once the point's buffers are freed.
+      if (!row.skipped) {
+        const double bare = cuda::bare_read_ms(row.bytes);
+        row.extra["bare_read_ms"] = bare;
+        row.extra["fraction_of_bare_read"] = bare / row.timing.median_ms;
+      }
       rows.push_back(row);
     }
     return rows;

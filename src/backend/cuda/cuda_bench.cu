@@ -9,7 +9,9 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <map>
 #include <vector>
 
 #include "attn/paged_plan.h"
@@ -28,6 +30,26 @@ __global__ void fill_random(std::uint16_t* p, std::int64_t n, std::uint32_t seed
     __nv_bfloat16 b = __float2bfloat16(x);  // bf16 bits; as fp16 bits also a finite value
     p[i] = *reinterpret_cast<std::uint16_t*>(&b);
   }
+}
+
+// Reads n 16-byte words once (kLoads in flight per thread); the xor keeps the loads.
+template <int kLoads>
+__global__ void read_words(const uint4* __restrict__ p, std::int64_t n, unsigned* sink) {
+  unsigned x = 0;
+  const std::int64_t stride = std::int64_t{gridDim.x} * blockDim.x;
+  std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x;
+  for (; i + (kLoads - 1) * stride < n; i += kLoads * stride) {
+    uint4 v[kLoads];
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) v[j] = __ldcs(p + i + j * stride);
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) x ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;
+  }
+  for (; i < n; i += stride) {
+    const uint4 v = __ldcs(p + i);
+    x ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (x == 0x9e3779b9u) *sink = x;  // (a data-dependent store the compiler cannot drop)
 }
 
 // Keeps the device busy for `ns` nanoseconds (one thread), so that what the host enqueues next
@@ -155,6 +177,34 @@ DeviceCeilings measure_ceilings() {
     cublasDestroy(handle);
   }
   return c;
+}
+
+double bare_read_ms(double bytes) {
+  static std::map<std::int64_t, double> measured;  // MB -> ms
+  constexpr double kMostBytes = double(std::size_t{1} << 30);
+  const double read_bytes = std::min(bytes, kMostBytes);
+  const auto key = static_cast<std::int64_t>(std::llround(read_bytes / 1e6));
+  auto found = measured.find(key);
+  if (found == measured.end()) {
+    int sms = 0;
+    HG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const std::int64_t words = std::max<std::int64_t>(1, static_cast<std::int64_t>(read_bytes / 16));
+    DeviceBuffer buffer(static_cast<std::size_t>(words) * 16), sink(4);
+    HG_CUDA_CHECK(cudaMemset(buffer.p, 1, static_cast<std::size_t>(words) * 16));
+    double best = 1e30;
+    for (int blocks_per_sm : {4, 8, 16}) {
+      const AttentionBenchTiming t = time_step(
+          [&] {
+            read_words<4><<<sms * blocks_per_sm, 256>>>(static_cast<const uint4*>(buffer.p), words,
+                                                        static_cast<unsigned*>(sink.p));
+            HG_CUDA_CHECK(cudaGetLastError());
+          },
+          3, 20);
+      best = std::min(best, t.median_ms);
+    }
+    found = measured.emplace(key, best).first;
+  }
+  return found->second * bytes / read_bytes;
 }
 
 AttentionBenchTiming bench_attention(const AttentionBenchCase& bc) {

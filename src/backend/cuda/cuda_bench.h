@@ -57,6 +57,11 @@ DeviceCeilings measure_ceilings();
 // The current device's total memory in bytes.
 std::int64_t device_memory_bytes();
 AttentionBenchTiming bench_attention(const AttentionBenchCase& bench_case);
+// The fastest of a few grid shapes of a plain streaming read of `bytes` (16-byte loads, four
+// in flight per thread), timed as bench_attention times a point: median ms. Small transfers
+// cannot reach the copy rate (H200: 34 MB 2.5 TB/s, 135 MB 3.5, 540 MB 4.0; docs/perf-notes.md
+// session 19). Sizes past 1 GiB are read as 1 GiB and scaled. Memoized per size in MB.
+double bare_read_ms(double bytes);
 // How bench_attention times a step (HYDRAGEN_BENCH_IDLE_START picks the old way), for the JSON.
 std::string bench_timer_description();
 
