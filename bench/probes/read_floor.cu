@@ -5,14 +5,21 @@
 // ramp included? Each configuration streams the buffer with 16-byte loads, `kLoads` in flight
 // per thread, over `blocks` x 256 threads; the best configuration per size is reported.
 // Build and run on a GPU machine:
-//   nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a bench/probes/read_floor.cu \
+//   nvcc -O2 -std=c++17 -Isrc -gencode arch=compute_90a,code=sm_90a bench/probes/read_floor.cu \
 //        -o read_floor && ./read_floor
+// (bench kernels from src/backend/cuda/bench_kernels.cuh: `hydragen bench attention` measures
+// each point's floor with the same read)
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <vector>
+
+#include "backend/cuda/bench_kernels.cuh"
+
+using hydragen::cuda::hold_device;
+using hydragen::cuda::read_words;
 
 #define CHECK(x)                                                                  \
   do {                                                                            \
@@ -22,31 +29,6 @@
       return 1;                                                                   \
     }                                                                             \
   } while (0)
-
-template <int kLoads>
-__global__ void read_all(const uint4* __restrict__ p, std::int64_t n, unsigned* sink) {
-  unsigned x = 0;
-  const std::int64_t stride = std::int64_t{gridDim.x} * blockDim.x;
-  std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x;
-  for (; i + (kLoads - 1) * stride < n; i += kLoads * stride) {
-    uint4 v[kLoads];
-#pragma unroll
-    for (int j = 0; j < kLoads; ++j) v[j] = __ldcs(p + i + j * stride);
-#pragma unroll
-    for (int j = 0; j < kLoads; ++j) x ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;
-  }
-  for (; i < n; i += stride) {
-    const uint4 v = __ldcs(p + i);
-    x ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (x == 0x12345678u) *sink = x;  // never in practice; keeps the loads
-}
-
-__global__ void hold(std::uint64_t ns) {
-  std::uint64_t t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); while (t - t0 < ns);
-}
 
 int main() {
   int sms = 0;
@@ -70,15 +52,15 @@ int main() {
       for (int loads : {4, 8}) {
         const int blocks = sms * per_sm;
         auto launch = [&] {
-          if (loads == 4) read_all<4><<<blocks, 256>>>(static_cast<const uint4*>(buf), n, sink);
-          else read_all<8><<<blocks, 256>>>(static_cast<const uint4*>(buf), n, sink);
+          if (loads == 4) read_words<4><<<blocks, 256>>>(static_cast<const uint4*>(buf), n, sink);
+          else read_words<8><<<blocks, 256>>>(static_cast<const uint4*>(buf), n, sink);
         };
         for (int w = 0; w < 3; ++w) launch();
         std::vector<float> ms;
         for (int r = 0; r < 30; ++r) {
           CHECK(cudaMemsetAsync(flush, r & 0xff, flush_bytes));
           CHECK(cudaDeviceSynchronize());
-          hold<<<1, 1>>>(200000);
+          hold_device<<<1, 1>>>(200000);
           CHECK(cudaEventRecord(a));
           launch();
           CHECK(cudaEventRecord(b));
