@@ -164,7 +164,7 @@ struct PlanOptions {
   int suffix_slots = kSuffixSlots;
   std::int64_t suffix_min_split_tokens = kMinSuffixSplitTokens;
   // Split a sequence's own keys by the estimated time (suffix_splits_for in paged_plan.cpp:
-  // waves, the bandwidth bound, a cost per merge column) instead of by the fill of the waves
+  // the busiest slot's keys plus a cost per merge column) instead of by the fill of the waves
   // alone (false: the rule before session 19, kept for A/B: HYDRAGEN_SUFFIX_SPLIT_RULE=fill).
   bool suffix_split_by_cost = true;
   // Query rows per suffix item, 1..kSuffixTileRows, or kSuffixTileRowsByRule (0): 1 where
