@@ -2,7 +2,8 @@
 // and one timed attention point. Times with CUDA events around the step only, 256 MB
 // written between runs to flush L2, median of `repeats` after `warmup` runs. The step's
 // launches are queued behind a device-side wait, so the time is the device's alone: what a
-// CUDA graph replays, without the host's time to encode and launch the kernels.
+// CUDA graph replays, without the host's time to encode and launch the kernels
+// (bench_timing.cuh's time_step).
 #include "backend/cuda/cuda_bench.h"
 
 #include <cublas_v2.h>
@@ -15,7 +16,7 @@
 #include <vector>
 
 #include "attn/paged_plan.h"
-#include "backend/cuda/bench_kernels.cuh"
+#include "backend/cuda/bench_timing.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/paged_attention_runner.h"
 
@@ -36,63 +37,6 @@ __global__ void fill_random(std::uint16_t* p, std::int64_t n, std::uint32_t seed
 void fill(void* p, std::int64_t n, std::uint32_t seed) {
   fill_random<<<1024, 256>>>(static_cast<std::uint16_t*>(p), n, seed);
   HG_CUDA_CHECK(cudaGetLastError());
-}
-
-struct DeviceBuffer {
-  void* p = nullptr;
-  explicit DeviceBuffer(std::size_t bytes) { HG_CUDA_CHECK(cudaMalloc(&p, std::max<std::size_t>(bytes, 16))); }
-  ~DeviceBuffer() { cudaFree(p); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
-
-constexpr std::size_t kFlushBytes = 256u << 20;
-
-// HYDRAGEN_BENCH_IDLE_START=1: time_step records `start` on an idle device (see below).
-bool idle_start() {
-  static const bool idle = std::getenv("HYDRAGEN_BENCH_IDLE_START") != nullptr;
-  return idle;
-}
-
-// Median/min/max of `repeats` timings of `step`, each after an L2 flush. Before each timing the
-// device waits 200 us (hold_device) while the host records `start` and enqueues the step, so the
-// start event is not taken on an idle device that then waits for the host's launches (2-6 us
-// per point on an H200, a third of the smallest points; before session 17 every point carried
-// it). HYDRAGEN_BENCH_IDLE_START=1 times the old way (for comparisons).
-template <class Step>
-AttentionBenchTiming time_step(Step&& step, int warmup, int repeats) {
-  static DeviceBuffer flush(kFlushBytes);
-  cudaEvent_t start, stop;
-  HG_CUDA_CHECK(cudaEventCreate(&start));
-  HG_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < warmup; ++i) step();
-  std::vector<double> ms;
-  for (int i = 0; i < std::max(repeats, 1); ++i) {
-    // HYDRAGEN_BENCH_NO_FLUSH=1 keeps L2 warm (to separate flush effects in perf notes).
-    static const bool flush_l2 = std::getenv("HYDRAGEN_BENCH_NO_FLUSH") == nullptr;
-    if (flush_l2) HG_CUDA_CHECK(cudaMemsetAsync(flush.p, i & 0xff, kFlushBytes));
-    HG_CUDA_CHECK(cudaStreamSynchronize(nullptr));
-    if (!idle_start()) {
-      hold_device<<<1, 1>>>(200'000);
-      HG_CUDA_CHECK(cudaGetLastError());
-    }
-    HG_CUDA_CHECK(cudaEventRecord(start));
-    step();
-    HG_CUDA_CHECK(cudaEventRecord(stop));
-    HG_CUDA_CHECK(cudaEventSynchronize(stop));
-    float t = 0;
-    HG_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-    ms.push_back(t);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(ms.begin(), ms.end());
-  AttentionBenchTiming timing;
-  timing.samples = static_cast<int>(ms.size());
-  timing.median_ms = ms[ms.size() / 2];
-  timing.min_ms = ms.front();
-  timing.max_ms = ms.back();
-  return timing;
 }
 
 std::vector<std::int32_t> take_pages(std::int32_t& next, std::int64_t tokens, int page_size) {
