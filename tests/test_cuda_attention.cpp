@@ -729,9 +729,11 @@ TEST(CudaAttention, LoneMultiRowItemsMergeInLine) {
 
 // The decode kernel's merges of many columns (decode_merge.cuh), each path: one-row items alone
 // in their group with 3..32 columns (in registers, the lse fetched under the keys) and with
-// more (ticket, chunked merge); a one-row split suffix's last arrival (in registers, from the
-// buffer); 4- and 8-row groups' last arrivals (batched). Each trial checks that its plan has
-// the columns it is meant to cover.
+// more (chunked merge); split suffixes (groups of several items) through the merge launch
+// (split_merge_kernel: fewer splits than rows, more, past 32 columns) and, under
+// HYDRAGEN_MERGE_LAUNCH=0, through the last arrival (a one-row group in registers from the
+// buffer; 4- and 8-row groups batched). Each trial checks that its plan has the columns and
+// the splits it is meant to cover, and which launches ran.
 TEST(CudaAttention, DecodeMergesOfManyColumnsMatchReference) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA
@@ -744,14 +746,18 @@ TEST(CudaAttention, DecodeMergesOfManyColumnsMatchReference) {
     int groups, head_dim, batch;
     std::int64_t segment, suffix;
     int min_columns, max_columns;  // the plan's widest merge group must fall in this range
+    int min_splits, max_splits;    // ... and its most items (suffix splits) in this one
   };
   const Trial trials[] = {
-      {AttentionMode::hydragen, 1, 128, 3, 2000, 40, 3, 32},     // one row alone: in registers, lse early
-      {AttentionMode::hydragen, 1, 64, 3, 9000, 40, 33, 120},    // one row alone past 32 columns: ticket, chunked
-      {AttentionMode::hydragen, 1, 128, 3, 1000, 600, 3, 32},    // one row, split suffix: last arrival in registers
-      {AttentionMode::hydragen, 4, 128, 2, 5000, 70, 3, 80},     // 4-row items: last arrival's batched merge
-      {AttentionMode::paged, 8, 128, 1, 0, 40000, 33, 64},       // 8-row split suffix: the same
-      {AttentionMode::hydragen, 8, 64, 2, 9000, 300, 33, 80},    // 8-row split suffix under 65 shared columns
+      {AttentionMode::hydragen, 1, 128, 3, 2000, 40, 3, 32, 1, 1},     // one row alone: in registers, lse early
+      {AttentionMode::hydragen, 1, 64, 3, 9000, 40, 33, 120, 1, 1},    // one row alone past 32 columns: chunked
+      {AttentionMode::hydragen, 1, 128, 3, 1000, 600, 3, 32, 2, 8},    // one row, split suffix
+      {AttentionMode::paged, 1, 128, 2, 0, 20000, 33, 64, 33, 64},     // one row, split past 32 columns
+      {AttentionMode::hydragen, 4, 128, 2, 5000, 70, 3, 80, 1, 1},     // 4-row items alone: batched merge
+      {AttentionMode::paged, 8, 128, 1, 0, 40000, 33, 64, 33, 64},     // 8-row split suffix: more splits than rows
+      {AttentionMode::paged, 8, 128, 2, 0, 400, 3, 3, 3, 3},           // 8 rows over 3 splits: 3 rows per warp
+      {AttentionMode::paged, 6, 64, 3, 0, 700, 5, 5, 5, 5},            // 6 rows over 5 splits, d 64
+      {AttentionMode::hydragen, 8, 64, 2, 9000, 300, 33, 80, 2, 3},    // 8-row split suffix under 65 shared columns
   };
 
   for (const Trial& t : trials) {
@@ -777,13 +783,22 @@ TEST(CudaAttention, DecodeMergesOfManyColumnsMatchReference) {
                                     " segment ", t.segment, " suffix ", t.suffix, " columns ", plan.max_columns);
     EXPECT_GE(plan.max_columns, t.min_columns) << what;
     EXPECT_LE(plan.max_columns, t.max_columns) << what;
+    int splits = 0;
+    for (const attn::PlanMergeGroup& g : plan.groups) splits = std::max(splits, g.items);
+    EXPECT_GE(splits, t.min_splits) << what;
+    EXPECT_LE(splits, t.max_splits) << what;
     const AttentionState ref = reference_tree_attention(c.tree, c.q);
-    for (const char* width : {"HYDRAGEN_DECODE_NARROW", "HYDRAGEN_DECODE_WIDE"}) {
-      const ScopedEnv env(width, "1");
-      const AttentionState got = run_on_device(c, plan, options.shared_tile_rows);
-      EXPECT_LE(relative_norm_error(got.o, ref.o), 5e-3) << what << " " << width;
-      expect_lse_near(got.lse, ref.lse, concat(what, " ", width));
-    }
+    for (const char* width : {"HYDRAGEN_DECODE_NARROW", "HYDRAGEN_DECODE_WIDE"})
+      for (const bool merge_launch : {true, false}) {
+        const ScopedEnv env(width, "1");
+        const ScopedEnv merge_env("HYDRAGEN_MERGE_LAUNCH", merge_launch ? "1" : "0");
+        int variant = 0;
+        const AttentionState got = run_on_device(c, plan, options.shared_tile_rows, &variant);
+        const std::string run = concat(what, " ", width, merge_launch ? "" : " merge launch off");
+        EXPECT_EQ((variant & 256) != 0, splits > 1 && merge_launch) << run;
+        EXPECT_LE(relative_norm_error(got.o, ref.o), 5e-3) << run;
+        expect_lse_near(got.lse, ref.lse, run);
+      }
   }
 #endif
 }
@@ -867,16 +882,70 @@ TEST(CudaDispatch, QuadDecodeServesLoneOneRowItems) {
 // No GPU needed: host code.
 TEST(CudaDispatch, PlanCapacityHoldsEverySize) {
 #ifdef HYDRAGEN_WITH_CUDA
-  const cuda::PlanCapacity cap{10, 20, 30, 40, 50, 60, 70};
+  const cuda::PlanCapacity cap{10, 20, 30, 40, 50, 60, 70, 80};
   EXPECT_TRUE(cap.holds(cap));
   EXPECT_TRUE(cap.holds(cuda::PlanCapacity{}));
-  for (int field = 0; field < 7; ++field) {
+  for (int field = 0; field < 8; ++field) {
     cuda::PlanCapacity need = cap;
     std::int64_t* sizes[] = {&need.pages, &need.pieces, &need.rows, &need.shared_items, &need.suffix_items,
-                             &need.groups, &need.state_entries};
+                             &need.groups, &need.state_entries, &need.merge_rows};
     ++*sizes[field];
     EXPECT_FALSE(cap.holds(need)) << "field " << field;
     EXPECT_TRUE(cap.max(need).holds(need)) << "field " << field;
+  }
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+// The merge launch follows the decode kernel where a split merge group (several suffix items: a
+// split suffix) has two rows or more, with at least kMergeLaunchMinColumnsStacked columns under
+// a shared launch; not for one-row groups (B=1, MHA); HYDRAGEN_MERGE_LAUNCH=1 takes it for any
+// split, =0 never; any other value is an error naming it. No GPU needed: host code.
+TEST(CudaDispatch, MergeLaunchWhereASuffixIsSplit) {
+#ifdef HYDRAGEN_WITH_CUDA
+  const attn::AttentionPlan unsplit = one_segment_plan(1024, 8, 32, 16384, 1, AttentionMode::hydragen);
+  const attn::AttentionPlan split = one_segment_plan(64, 1, 8, 16384, 1, AttentionMode::dense);
+  const cuda::SuffixItemSummary unsplit_summary = cuda::SuffixItemSummary::of(unsplit);
+  const cuda::SuffixItemSummary split_summary = cuda::SuffixItemSummary::of(split);
+  EXPECT_FALSE(unsplit_summary.split_groups);
+  EXPECT_TRUE(split_summary.split_groups);
+  EXPECT_EQ(split_summary.split_rows, 64 * 8);  // every row of the 64 sequences' split groups
+  EXPECT_TRUE(split_summary.split_multi_row);
+  // One-row split groups: MHA at B=1 (40 heads, a 16K context split).
+  const cuda::SuffixItemSummary one_row = cuda::SuffixItemSummary::of(one_segment_plan(1, 40, 40, 16384, 1, AttentionMode::paged));
+  EXPECT_TRUE(one_row.split_groups);
+  EXPECT_FALSE(one_row.split_multi_row);
+  // Multi-row split groups under a shared launch, as wide as the rule's floor and one narrower.
+  cuda::SuffixItemSummary stacked = split_summary, narrow = split_summary;
+  stacked.stacked = narrow.stacked = true;
+  stacked.max_columns = cuda::kMergeLaunchMinColumnsStacked;
+  narrow.max_columns = cuda::kMergeLaunchMinColumnsStacked - 1;
+  {
+    const ScopedEnv unset("HYDRAGEN_MERGE_LAUNCH", nullptr);
+    EXPECT_FALSE(cuda::merge_launch_rule(unsplit_summary));
+    EXPECT_TRUE(cuda::merge_launch_rule(split_summary));
+    EXPECT_FALSE(cuda::merge_launch_rule(one_row));
+    EXPECT_TRUE(cuda::merge_launch_rule(stacked));
+    EXPECT_FALSE(cuda::merge_launch_rule(narrow));
+  }
+  {
+    const ScopedEnv on("HYDRAGEN_MERGE_LAUNCH", "1");
+    EXPECT_FALSE(cuda::merge_launch_rule(unsplit_summary));
+    EXPECT_TRUE(cuda::merge_launch_rule(split_summary));
+    EXPECT_TRUE(cuda::merge_launch_rule(one_row));
+    EXPECT_TRUE(cuda::merge_launch_rule(narrow));
+  }
+  {
+    const ScopedEnv off("HYDRAGEN_MERGE_LAUNCH", "0");
+    EXPECT_FALSE(cuda::merge_launch_rule(split_summary));
+  }
+  const ScopedEnv bad("HYDRAGEN_MERGE_LAUNCH", "yes");
+  try {
+    cuda::merge_launch_rule(split_summary);
+    ADD_FAILURE() << "HYDRAGEN_MERGE_LAUNCH=yes accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("HYDRAGEN_MERGE_LAUNCH=yes"), std::string::npos) << e.what();
   }
 #else
   GTEST_SKIP() << "built without CUDA";
@@ -1091,7 +1160,8 @@ TEST(CudaAttention, SharedLaunchOverlapsTheLaunchThatWritesQ) {
 // Capture one step in a CUDA graph, then change the tree (and so the plan) and replay: the
 // graph reads the new plan from the same device buffers, uploaded synchronously, then
 // asynchronously on the replay's stream, then prepared (packed on the host) while the replay
-// before it runs and uploaded from there, as the engine does.
+// before it runs and uploaded from there, as the engine does; last with split suffixes, so the
+// graph holds the merge launch after the decode kernel.
 TEST(CudaAttention, GraphReplayFollowsTheUploadedPlan) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA
@@ -1105,11 +1175,16 @@ TEST(CudaAttention, GraphReplayFollowsTheUploadedPlan) {
   const SharingTree trees[2] = {random_tree(shape, DType::bf16, rng), random_tree(shape, DType::bf16, rng)};
   const attn::PlanOptions plan_options = cuda::plan_options_for_device(DType::bf16, d, AttentionMode::hydragen, true);
   cuda::PagedTreeImage images[2];
-  attn::AttentionPlan plans[2];
+  attn::AttentionPlan plans[2], split_plans[2];
+  attn::PlanOptions split_options = plan_options;
+  split_options.suffix_min_split_tokens = 16;
+  split_options.suffix_tile_rows = attn::kSuffixTileRows;
   std::int64_t pool_elems = 8, rows = 1;
   for (int i = 0; i < 2; ++i) {
     images[i] = cuda::page_tree(trees[i], hq, DType::bf16, page, false);
     plans[i] = attn::build_attention_plan(images[i].layout, plan_options);
+    split_plans[i] = attn::build_attention_plan(images[i].layout, split_options);
+    ASSERT_TRUE(cuda::SuffixItemSummary::of(split_plans[i]).split_groups) << "tree " << i;
     pool_elems = std::max<std::int64_t>(pool_elems, images[i].k.size());
     rows = std::max(rows, trees[i].query_rows());
   }
@@ -1127,15 +1202,18 @@ TEST(CudaAttention, GraphReplayFollowsTheUploadedPlan) {
   // the replay before runs (config 3); then
   // synchronous uploads with the suffix launch a programmatic dependent of the shared launch
   // (HYDRAGEN_PDL=1: a programmatic edge in the captured graph).
-  for (const int config : {0, 1, 2, 3}) {
+  for (const int config : {0, 1, 2, 3, 4}) {
     const bool async = config == 1 || config == 3;
     const ScopedEnv pdl_env("HYDRAGEN_PDL", config == 2 ? "1" : nullptr);
+    const ScopedEnv merge_env("HYDRAGEN_MERGE_LAUNCH", config == 4 ? "1" : nullptr);
+    const attn::AttentionPlan* step_plans = config == 4 ? split_plans : plans;
     cuda::PagedAttentionRunner runner(DType::bf16, d, hq, 1,
-                                      cuda::PlanCapacity::of(plans[0]).max(cuda::PlanCapacity::of(plans[1])),
+                                      cuda::PlanCapacity::of(step_plans[0]).max(cuda::PlanCapacity::of(step_plans[1])),
                                       plan_options.shared_tile_rows);
     cudaStream_t stream;
     ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-    runner.upload(plans[0]);
+    runner.upload(step_plans[0]);
+    if (config == 4) EXPECT_NE(runner.launch_variant() & 256, 0);  // the merge launch is captured
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
@@ -1152,7 +1230,7 @@ TEST(CudaAttention, GraphReplayFollowsTheUploadedPlan) {
         ASSERT_EQ(cudaMemset(out.raw(), 0xff, out.bytes()), cudaSuccess);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         if (config == 3 && runner.has_prepared()) runner.upload_prepared(stream);
-        else runner.upload(plans[i], async ? stream : nullptr);
+        else runner.upload(step_plans[i], async ? stream : nullptr);
         EXPECT_FALSE(runner.has_prepared());
         ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
         if (config == 3) runner.prepare(plans[1 - i]);  // the next replay's plan, packed under this one
@@ -1160,7 +1238,8 @@ TEST(CudaAttention, GraphReplayFollowsTheUploadedPlan) {
         const AttentionState ref = reference_tree_attention(trees[i], qi);
         const Tensor o = out.slice(0, 0, trees[i].query_rows()).to(Device::cpu).to(DType::f32);
         EXPECT_LE(relative_norm_error(o, ref.o), 5e-3)
-            << (config == 3 ? "prepared" : async ? "async" : config == 2 ? "pdl" : "sync") << " replay " << round << "."
+            << (config == 4 ? "split" : config == 3 ? "prepared" : async ? "async" : config == 2 ? "pdl" : "sync")
+            << " replay " << round << "."
             << i;
       }
     if (config == 3) {

@@ -243,6 +243,25 @@ TEST(PagedAttentionCpu, RejectsBadArgumentsNamingThem) {
   shorter.slot = static_cast<std::int32_t>(
       attn::piece_pool_slot(bad.pages, shared_shape.page_size, shorter.page_offset, shorter.token_begin, shorter.tokens));
   expect_error([&] { cpu::run_attention_plan(bad, sc.q, sc.k_pool, sc.v_pool, shared_out); }, "is not a whole block");
+  // The merge launch's rows (AttentionPlan::merge_rows): every row of every split group, once.
+  PagedShape split_shape;
+  split_shape.groups = 4, split_shape.batch = 3, split_shape.segment_lengths = {0}, split_shape.suffix_lengths = {700};
+  const PagedCase xc = random_paged_case(split_shape, rng);
+  attn::PlanOptions split_suffixes;
+  split_suffixes.mode = AttentionMode::paged, split_suffixes.suffix_min_split_tokens = 128;
+  const attn::AttentionPlan split_plan = attn::build_attention_plan(xc.layout, split_suffixes);
+  ASSERT_GE(split_plan.merge_rows.size(), 2u);
+  Tensor split_out = Tensor::empty(xc.q.shape(), DType::f32);
+  cpu::run_attention_plan(split_plan, xc.q, xc.k_pool, xc.v_pool, split_out);  // as built: accepted
+  bad = split_plan;
+  bad.merge_rows.pop_back();
+  expect_error([&] { cpu::run_attention_plan(bad, xc.q, xc.k_pool, xc.v_pool, split_out); }, "plan.merge_rows holds");
+  bad = split_plan;
+  bad.merge_rows[1].row = 0;  // row 0 twice
+  expect_error([&] { cpu::run_attention_plan(bad, xc.q, xc.k_pool, xc.v_pool, split_out); }, "plan.merge_rows[1]");
+  bad = split_plan;
+  bad.merge_rows[0].item += 1;  // not the group's first item
+  expect_error([&] { cpu::run_attention_plan(bad, xc.q, xc.k_pool, xc.v_pool, split_out); }, "plan.merge_rows[0]");
 }
 
 }  // namespace

@@ -558,6 +558,35 @@ TEST(PagedPlan, SuffixSplitsWeighTheirMergeColumns) {
   EXPECT_EQ(paged_suffix_split(1024, 1, 8, 16384), P(1024, 1));
 }
 
+// The merge launch's work list: each row of each merge group of several suffix items (a split
+// suffix), from the group's first item, group by group; nothing for unsplit groups.
+TEST(PagedPlan, MergeRowsListEverySplitGroupRow) {
+  for (auto [batch, kv, q, prefix, mode] :
+       {std::tuple{64, 1, 8, 16384, AttentionMode::dense}, {16, 8, 32, 4096, AttentionMode::paged},
+        {1, 40, 40, 16384, AttentionMode::paged}, {1024, 8, 32, 16384, AttentionMode::hydragen}}) {
+    PlanOptions options;
+    options.mode = mode;
+    options.shared_slots = 264, options.suffix_slots = 1584;
+    const AttentionPlan plan = build_attention_plan(testing::one_segment_layout(batch, kv, q, prefix, 1), options);
+    std::vector<std::pair<int, int>> want;
+    for (std::size_t i = 0; i < plan.suffix_items.size(); ++i) {
+      const PlanItem& it = plan.suffix_items[i];
+      const PlanMergeGroup& g = plan.groups[static_cast<std::size_t>(it.group)];
+      const bool first = i == 0 || plan.suffix_items[i - 1].group != it.group;
+      if (g.items > 1 && first)
+        for (int r = 0; r < it.row_count; ++r) want.emplace_back(static_cast<int>(i), r);
+    }
+    std::vector<std::pair<int, int>> got;
+    for (const PlanMergeRow& mr : plan.merge_rows) got.emplace_back(mr.item, mr.row);
+    EXPECT_EQ(got, want) << "B=" << batch << " " << q << "/" << kv << " prefix " << prefix;
+    // Split where the cost rule splits: 8/1 B=64 at 16K (64 groups of 8 rows), 32/8 B=16 at
+    // 4K; B=1 MHA one row per kv head; none at B=1024 under a stacked prefix.
+    const std::size_t expected = batch == 64 ? 512 : batch == 1024 ? 0 : want.size();
+    EXPECT_EQ(got.size(), expected) << "B=" << batch;
+    if (batch == 16 || batch == 1) EXPECT_GT(got.size(), 0u) << "B=" << batch;
+  }
+}
+
 TEST(PagedPlan, StacksOnlySegmentsThatPay) {
   PagedLayout layout;
   layout.page_size = 64, layout.kv_heads = 1, layout.q_heads = 8, layout.head_dim = 128;

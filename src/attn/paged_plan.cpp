@@ -97,18 +97,18 @@ int splits_for(std::int64_t tokens, std::int64_t base_items, int slots,
 
 // Split count for a sequence's own `tokens` keys in the suffix launch (PlanOptions::
 // suffix_split_by_cost): the count with the least estimated time, in keys of one item's stream,
-//   waves x keys per split + kSuffixColumnCostTokensPerRow x rows x splits:
+//   waves x keys per split + PlanOptions::suffix_column_cost x rows x splits:
 // the busiest slot's keys, plus the partial state each split adds to every row of the item,
 // which the group's last item merges after all the others are done. splits_for's fill alone
 // took 8/1 B=64 at 16K to 33 splits for a wave 97% full instead of 94% (two waves, 33 columns
 // to merge: 0.195 ms dense, 0.165 ms with 16 splits; H200, docs/perf-notes.md session 19).
 int suffix_splits_for(std::int64_t tokens, std::int64_t base_items, int slots, std::int64_t min_split_tokens,
-                      std::int64_t rows) {
+                      std::int64_t rows, double column_cost) {
   if (tokens <= 0 || base_items <= 0 || base_items >= slots) return 1;
   const std::int64_t most = std::min<std::int64_t>({std::max<std::int64_t>(1, tokens / min_split_tokens), kMaxSplits,
                                                     ceil_div(2 * std::int64_t{slots}, base_items)});
   auto cost = [&](std::int64_t s) {
-    return ceil_div(base_items * s, slots) * ceil_div(tokens, s) + kSuffixColumnCostTokensPerRow * rows * s;
+    return double(ceil_div(base_items * s, slots) * ceil_div(tokens, s)) + column_cost * double(rows * s);
   };
   std::int64_t best = 1;
   for (std::int64_t s = 2; s <= most; ++s)
@@ -401,7 +401,8 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
     own_splits[s] = options.suffix_split_by_cost
                         ? suffix_splits_for(own_tokens[s], suffix_base_items, options.suffix_slots,
                                             options.suffix_min_split_tokens,
-                                            std::min<std::int64_t>(suffix_rows, std::int64_t{seq.query_tokens} * groups))
+                                            std::min<std::int64_t>(suffix_rows, std::int64_t{seq.query_tokens} * groups),
+                                            options.suffix_column_cost)
                         : splits_for(own_tokens[s], suffix_base_items, options.suffix_slots,
                                      options.suffix_min_split_tokens);
     const int* shared = shared_columns.data() + std::int64_t{s} * head_stride;
@@ -476,6 +477,10 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
       for (std::int64_t tile = 0; tile < tiles; ++tile) {
         const int group = merge ? static_cast<int>(plan.groups.size()) : -1;
         if (merge) plan.groups.push_back({splits, first_column + splits});
+        if (merge && splits > 1) {
+          const int first = static_cast<int>(items.size()), rows = item(kh, tile, 0, splits, first_column, group).row_count;
+          for (int r = 0; r < rows; ++r) plan.merge_rows.push_back({first, r});
+        }
         for (int sp = 0; sp < splits; ++sp) items.push_back(item(kh, tile, sp, splits, first_column, group));
       }
     }

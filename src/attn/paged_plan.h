@@ -60,7 +60,7 @@ inline constexpr int kMaxSplits = 64;
 // to write and to merge. H200 (docs/perf-notes.md session 19): 8/1 B=64 dense at 16K ran
 // 0.195 / 0.165 / 0.156 ms with 33 / 16 / 8 splits of 8-row items, ~1 us per column of 8 rows,
 // about 16 keys of an item's stream.
-inline constexpr std::int64_t kSuffixColumnCostTokensPerRow = 2;
+inline constexpr double kSuffixColumnCostTokensPerRow = 2;
 
 // PlanOptions::suffix_tile_rows = kSuffixTileRowsByRule: the rows per suffix item are chosen by
 // one_row_suffix_items below (the CUDA backend's default). Its thresholds, measured on the
@@ -129,8 +129,14 @@ struct PlanItem {
   std::int32_t group;   // suffix items: merge group; shared items: -1
 };
 struct PlanMergeGroup {
-  std::int32_t items;    // suffix items that write this group's rows
+  std::int32_t items;    // suffix items that write this group's rows (their columns are its last)
   std::int32_t columns;  // partial states per row to merge (shared + suffix splits)
+};
+// One row of a split merge group (PlanMergeGroup::items > 1): the CUDA merge launch's unit of
+// work (split_merge_kernel).
+struct PlanMergeRow {
+  std::int32_t item;  // the group's first suffix item
+  std::int32_t row;   // which of its rows
 };
 
 struct AttentionPlan {
@@ -140,6 +146,7 @@ struct AttentionPlan {
   std::vector<PlanItem> shared_items;
   std::vector<PlanItem> suffix_items;
   std::vector<PlanMergeGroup> groups;
+  std::vector<PlanMergeRow> merge_rows;  // every row of every split merge group, group by group
   std::int64_t state_entries = 0;  // partial (o, lse) entries, each [d] floats + 1 lse
   std::int64_t query_rows = 0;     // packed query tokens
   int stacked_segments = 0;
@@ -167,6 +174,9 @@ struct PlanOptions {
   // the busiest slot's keys plus a cost per merge column) instead of by the fill of the waves
   // alone (false: the rule before session 19, kept for A/B: HYDRAGEN_SUFFIX_SPLIT_RULE=fill).
   bool suffix_split_by_cost = true;
+  // That model's cost of one split's partial state, in keys per row of the item
+  // (kSuffixColumnCostTokensPerRow; HYDRAGEN_SUFFIX_COLUMN_COST on CUDA, for A/B).
+  double suffix_column_cost = kSuffixColumnCostTokensPerRow;
   // Query rows per suffix item, 1..kSuffixTileRows, or kSuffixTileRowsByRule (0): 1 where
   // one_row_suffix_items holds, else kSuffixTileRows. Fewer rows: more, shorter items, each
   // reading its K/V again (from L2 mostly), and one merge group per tile (docs/perf-notes.md e8).

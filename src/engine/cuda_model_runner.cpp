@@ -286,7 +286,8 @@ class CudaModelRunner final : public ModelRunner {
       auto grow = [](std::int64_t v) { return std::max<std::int64_t>(64, v + v / 2); };
       const cuda::PlanCapacity old = attention_ ? attention_capacity_ : cuda::PlanCapacity{};
       attention_capacity_ = old.max({grow(need.pages), grow(need.pieces), grow(need.rows), grow(need.shared_items),
-                                     grow(need.suffix_items), grow(need.groups), grow(need.state_entries)});
+                                     grow(need.suffix_items), grow(need.groups), grow(need.state_entries),
+                                     grow(need.merge_rows)});
       HG_CUDA_CHECK(cudaStreamSynchronize(stream_));
       destroy_graphs();
       attention_ = std::make_unique<cuda::PagedAttentionRunner>(

@@ -133,6 +133,24 @@ void check_plan(const AttentionPlan& plan, const Dims& d, std::vector<std::int32
       HG_CHECK(entry_ok(plan.rows[it.row_begin + r], group.columns - 1, it.kv_head), "run_attention_plan: plan.groups[",
                g, "] merges partial states past plan.state_entries (", plan.state_entries, ")");
   }
+  // The merge launch's rows (CUDA): each row of each split group once, from the group's first
+  // item, and nothing else.
+  std::vector<std::int32_t> merged(plan.groups.size(), 0);
+  for (std::size_t i = 0; i < plan.merge_rows.size(); ++i) {
+    const attn::PlanMergeRow& mr = plan.merge_rows[i];
+    const bool item_ok = mr.item >= 0 && mr.item < static_cast<std::int64_t>(plan.suffix_items.size());
+    const int g = item_ok ? plan.suffix_items[mr.item].group : -1;
+    HG_CHECK(item_ok && group_item[g] == mr.item && plan.groups[g].items > 1 && mr.row == merged[g] &&
+                 mr.row < plan.suffix_items[mr.item].row_count,
+             "run_attention_plan: plan.merge_rows[", i, "] (item ", mr.item, ", row ", mr.row,
+             ") is not the next row of a split merge group's first item");
+    ++merged[g];
+  }
+  for (std::size_t g = 0; g < plan.groups.size(); ++g) {
+    const int rows = plan.groups[g].items > 1 ? plan.suffix_items[group_item[g]].row_count : 0;
+    HG_CHECK(merged[g] == rows, "run_attention_plan: plan.merge_rows holds ", merged[g], " rows of plan.groups[", g,
+             "], which has ", plan.groups[g].items, " items of ", rows, " rows to merge");
+  }
 }
 
 // Partial states: entry e holds o[e * D, e * D + D) and lse[e] (the device's StateBuffer).

@@ -20,7 +20,9 @@
 //   column), it merges its own state in registers with that one (complete: the shared launch
 //   precedes this one in the stream) and writes the final output -- no state write, no
 //   fence, no ticket. Otherwise the items write (o / l, lse) to their state column, and the
-//   last arrival of the merge group (atomic ticket, one fence by lane 0) merges.
+//   last arrival of the merge group (atomic ticket, one fence by lane 0) merges -- or, where
+//   the runner follows this launch with the merge launch (PagedAttentionParams::merge_launch),
+//   the items of a split group (items > 1) return once written and split_merge_kernel merges.
 #pragma once
 
 #include <cstdint>
@@ -626,6 +628,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   // (measured within noise, docs/perf-notes.md v25; kept as the simpler path).
   __syncwarp();
   if (grp.items > 1) {
+    if (p.merge_launch) return;  // split_merge_kernel merges the group after this launch
     int last = 0;
     if (lane == 0) last = take_merge_ticket(p.group_arrivals + it.group, grp.items);
     last = __shfl_sync(0xffffffffu, last, 0);
@@ -675,6 +678,7 @@ __global__ void __launch_bounds__(DecodeShape<T, D>::kThreads, MinBlocks) decode
   float* sp = sq + L * D;                                                         // [L][kChunk]
   T* sk = reinterpret_cast<T*>(sp + L * Shape::kChunk);                           // [kChunk][kKRow]
   T* sv = sk + Shape::kChunk * Shape::kKRow;                                            // [kChunk][D]
+  if (p.merge_launch) allow_dependent_launch();  // the merge launch's blocks may wait on the SMs this grid frees
   const int item_index = blockIdx.x * Shape::kWarps + warp;
   attn::PlanItem it;
   if (!load_suffix_item(p, item_index, it)) return;  // (plan data: written before the shared launch)

@@ -30,7 +30,9 @@ struct PagedAttentionParams {
   const attn::PlanRow* rows;
   const attn::PlanItem* items;
   const attn::PlanMergeGroup* groups;
+  const attn::PlanMergeRow* merge_rows;
   const std::int32_t* item_count;  // on the device: the plan changes without relaunching
+  const std::int32_t* merge_row_count;  // (on the device too)
   std::int32_t* group_arrivals;    // zero between launches; the last arrival resets it
   StateBuffer states;
   void* out;       // [query_rows, Hq, D]
@@ -42,6 +44,10 @@ struct PagedAttentionParams {
   // writes q (PagedAttentionArgs::q_from_previous_launch): it reads q only after
   // wait_for_previous_launch, and lets its own dependents start only after that.
   int q_after_wait;
+  // The decode kernel leaves its split merge groups (items > 1) to the merge launch after it
+  // (split_merge_kernel, decode_merge.cuh): their items write their states and return, no
+  // ticket, and every block lets that launch start (allow_dependent_launch).
+  int merge_launch;
 };
 
 // Pool token slot of token `tok` of a piece's page list (its page looked up in p.pages). 32

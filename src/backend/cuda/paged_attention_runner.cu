@@ -98,6 +98,13 @@ int prepare_decode() {
 }
 constexpr int kDecodeItemsPerBlock = 4;  // DecodeShape::kWarps
 
+// The merge launch after the decode kernel (split_merge_kernel, decode_merge.cuh): a persistent
+// grid of warps over the plan's merge rows; dependent: the decode launch's programmatic dependent.
+template <class T, int D>
+void launch_split_merge(const PagedAttentionParams& p, int grid, cudaStream_t stream, bool dependent) {
+  launch_kernel(split_merge_kernel<T, D>, grid, 32 * kSplitMergeWarps, 0, stream, dependent, p);
+}
+
 template <class T, int D, int KB>
 void launch_decode_quad(const PagedAttentionParams& p, int grid, cudaStream_t stream, bool after_shared) {
   launch_kernel(decode_quad_kernel<T, D, KB>, grid, QuadShape<T, D, KB>::kThreads, 0, stream, after_shared, p);
@@ -131,7 +138,23 @@ SuffixItemSummary SuffixItemSummary::of(const attn::AttentionPlan& plan) {
     s.one_row &= it.row_count == 1;
     s.lone_rows &= it.row_count == 1 && plan.groups[static_cast<std::size_t>(it.group)].items == 1;
   }
+  s.split_rows = static_cast<std::int64_t>(plan.merge_rows.size());
+  s.split_groups = s.split_rows > 0;
+  for (const attn::PlanMergeRow& mr : plan.merge_rows) s.split_multi_row |= mr.row > 0;
+  s.stacked = !plan.shared_items.empty();
+  s.max_columns = plan.max_columns;
   return s;
+}
+
+// HYDRAGEN_MERGE_LAUNCH=0 keeps the split groups' merge in the decode kernel (the last
+// arrival's, for A/B timing and the tests), =1 takes the merge launch for every split plan;
+// unset: the rule (paged_attention_runner.h).
+bool merge_launch_rule(const SuffixItemSummary& suffix) {
+  const char* env = std::getenv("HYDRAGEN_MERGE_LAUNCH");
+  const std::string force = env != nullptr ? env : "";
+  HG_CHECK(force.empty() || force == "0" || force == "1", "HYDRAGEN_MERGE_LAUNCH=", force, ": expected 0 or 1 (or unset)");
+  if (!suffix.split_groups || force == "0") return false;
+  return force == "1" || (suffix.split_multi_row && (!suffix.stacked || suffix.max_columns >= kMergeLaunchMinColumnsStacked));
 }
 
 // Narrow when every item has one row and the launch is either short items (one-key
@@ -169,6 +192,7 @@ struct KernelPair {
   // decode_quad.cuh (four lanes per item) for plans whose suffix items are lone one-row items
   // with few keys (quad_decode_keys): four keys in flight, or one.
   SuffixLaunchFn decode_quad4 = nullptr, decode_quad1 = nullptr;
+  SuffixLaunchFn split_merge = nullptr;  // the merge launch after the decode kernel (merge_launch_rule)
   bool shared_wgmma = false;  // the shared launch is shared_attention.cuh's kernel
   // The warp-specialized TMA kernel (shared_attention_ws.cuh, ws-pp-tma), run in place of
   // `shared` for plans split for its slots (AttentionPlan::shared_full_tiles). H200 A/B with it
@@ -257,6 +281,7 @@ KernelPair kernels_for(int shared_tile_rows) {
   check_fits(8, prepare_decode<T, D, 2, 8>());
   k.decode_quad4 = launch_decode_quad<T, D, 4>;
   k.decode_quad1 = launch_decode_quad<T, D, 1>;
+  k.split_merge = launch_split_merge<T, D>;
   return k;
 }
 
@@ -379,6 +404,12 @@ attn::PlanOptions plan_options_for_device(DType dtype, int head_dim, AttentionMo
     HG_CHECK(rule == "fill" || rule == "cost", "HYDRAGEN_SUFFIX_SPLIT_RULE=", rule, ": must be fill or cost");
     options.suffix_split_by_cost = rule == "cost";
   }
+  if (const char* env = std::getenv("HYDRAGEN_SUFFIX_COLUMN_COST")) {
+    char* end = nullptr;
+    options.suffix_column_cost = std::strtod(env, &end);
+    HG_CHECK(end != env && *end == '\0' && options.suffix_column_cost >= 0, "HYDRAGEN_SUFFIX_COLUMN_COST=", env,
+             ": must be a number >= 0 (keys per row per split)");
+  }
   // Splits by kv head for the full-tile kernel's rounds (PlanOptions::shared_head_splits;
   // docs/perf-notes.md v19); HYDRAGEN_SHARED_HEAD_SPLITS=0 turns them off.
   const char* head_splits = std::getenv("HYDRAGEN_SHARED_HEAD_SPLITS");
@@ -397,24 +428,26 @@ PlanCapacity PlanCapacity::of(const attn::AttentionPlan& plan) {
   return {static_cast<std::int64_t>(plan.pages.size()), static_cast<std::int64_t>(plan.pieces.size()),
           static_cast<std::int64_t>(plan.rows.size()), static_cast<std::int64_t>(plan.shared_items.size()),
           static_cast<std::int64_t>(plan.suffix_items.size()), static_cast<std::int64_t>(plan.groups.size()),
-          plan.state_entries};
+          plan.state_entries, static_cast<std::int64_t>(plan.merge_rows.size())};
 }
 
 bool PlanCapacity::holds(const PlanCapacity& need) const {
   return need.pages <= pages && need.pieces <= pieces && need.rows <= rows && need.shared_items <= shared_items &&
-         need.suffix_items <= suffix_items && need.groups <= groups && need.state_entries <= state_entries;
+         need.suffix_items <= suffix_items && need.groups <= groups && need.state_entries <= state_entries &&
+         need.merge_rows <= merge_rows;
 }
 
 PlanCapacity PlanCapacity::max(const PlanCapacity& o) const {
   return {std::max(pages, o.pages), std::max(pieces, o.pieces), std::max(rows, o.rows),
           std::max(shared_items, o.shared_items), std::max(suffix_items, o.suffix_items),
-          std::max(groups, o.groups), std::max(state_entries, o.state_entries)};
+          std::max(groups, o.groups), std::max(state_entries, o.state_entries), std::max(merge_rows, o.merge_rows)};
 }
 
 // Where each plan array starts in the plan block (16-byte aligned, at capacity), in the order
 // prepare packs them: the counts first, the arrays that grow with the batch last.
 struct PlanBlockLayout {
-  std::size_t counts = 0, pages = 0, pieces = 0, rows = 0, shared_items = 0, groups = 0, suffix_items = 0, bytes = 0;
+  std::size_t counts = 0, pages = 0, pieces = 0, rows = 0, shared_items = 0, groups = 0, merge_rows = 0,
+              suffix_items = 0, bytes = 0;
   static PlanBlockLayout of(const PlanCapacity& c) {
     PlanBlockLayout l;
     std::size_t at = 0;
@@ -423,12 +456,13 @@ struct PlanBlockLayout {
       at += (static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * size + 15) / 16 * 16;
       return begin;
     };
-    l.counts = take(2, sizeof(std::int32_t));
+    l.counts = take(3, sizeof(std::int32_t));
     l.pages = take(c.pages, sizeof(std::int32_t));
     l.pieces = take(c.pieces, sizeof(attn::PlanPiece));
     l.rows = take(c.rows, sizeof(attn::PlanRow));
     l.shared_items = take(c.shared_items, sizeof(attn::PlanItem));
     l.groups = take(c.groups, sizeof(attn::PlanMergeGroup));
+    l.merge_rows = take(c.merge_rows, sizeof(attn::PlanMergeRow));
     // Whole blocks of the suffix grids: the decode kernel loads an item before checking its
     // index against the count (load_suffix_item).
     static_assert(kSuffixItemsAlign % kDecodeItemsPerBlock == 0 && kSuffixItemsAlign % kQuadItemsPerBlock == 0);
@@ -444,7 +478,7 @@ struct PagedAttentionRunner::Impl {
   int head_dim, q_heads, kv_heads;
   PlanCapacity capacity;
   KernelPair kernels;
-  int shared_grid = 0, shared_ws_grid = 0, suffix_grid = 0, decode_grid = 0;
+  int shared_grid = 0, shared_ws_grid = 0, suffix_grid = 0, decode_grid = 0, merge_grid = 0;
   // The current plan's kernel choices (made by prepare, applied by upload_prepared).
   struct Choices {
     bool shared_ws = false;      // AttentionPlan::shared_full_tiles
@@ -452,6 +486,7 @@ struct PagedAttentionRunner::Impl {
     int decode_rows = 0;         // decode_build_rows: 1 narrow, 4 four-row, 8 eight-row, 0 general build
     int decode_quad = 0;         // quad_decode_keys
     bool after_shared = false;   // pdl_rule: the suffix launch is the shared launch's dependent
+    bool merge_launch = false;   // merge_launch_rule, on the decode kernel (not its quad builds)
   } choices;
   int decode_quad_grid = 0;
   bool pdl_capable = false;    // sm_90+
@@ -477,7 +512,8 @@ struct PagedAttentionRunner::Impl {
   attn::PlanItem* shared_items = nullptr;
   attn::PlanItem* suffix_items = nullptr;
   attn::PlanMergeGroup* groups = nullptr;
-  std::int32_t* counts = nullptr;  // [shared items, suffix items]
+  attn::PlanMergeRow* merge_rows = nullptr;
+  std::int32_t* counts = nullptr;  // [shared items, suffix items, merge rows]
   std::int32_t* arrivals = nullptr;
   float* state_o = nullptr;
   float* state_lse = nullptr;
@@ -498,6 +534,8 @@ PagedAttentionRunner::PagedAttentionRunner(DType dtype, int head_dim, int q_head
   m.suffix_grid = static_cast<int>(std::min<std::int64_t>(capacity.suffix_items, sms * m.kernels.suffix_blocks_per_sm));
   // decode: one warp per item, blocks past the item count exit at once
   m.decode_grid = static_cast<int>((capacity.suffix_items + kDecodeItemsPerBlock - 1) / kDecodeItemsPerBlock);
+  m.merge_grid = static_cast<int>(std::min<std::int64_t>((capacity.merge_rows + kSplitMergeWarps - 1) / kSplitMergeWarps,
+                                                         std::int64_t{sms} * kSplitMergeBlocksPerSm));
   m.decode_quad_grid = static_cast<int>((capacity.suffix_items + kQuadItemsPerBlock - 1) / kQuadItemsPerBlock);
   m.layout = PlanBlockLayout::of(capacity);
   const PlanBlockLayout& layout = m.layout;
@@ -512,11 +550,12 @@ PagedAttentionRunner::PagedAttentionRunner(DType dtype, int head_dim, int q_head
   m.rows = reinterpret_cast<attn::PlanRow*>(m.plan_block + layout.rows);
   m.shared_items = reinterpret_cast<attn::PlanItem*>(m.plan_block + layout.shared_items);
   m.groups = reinterpret_cast<attn::PlanMergeGroup*>(m.plan_block + layout.groups);
+  m.merge_rows = reinterpret_cast<attn::PlanMergeRow*>(m.plan_block + layout.merge_rows);
   m.suffix_items = reinterpret_cast<attn::PlanItem*>(m.plan_block + layout.suffix_items);
   m.arrivals = device_array<std::int32_t>(capacity.groups);
   m.state_o = device_array<float>(capacity.state_entries * head_dim);
   m.state_lse = device_array<float>(capacity.state_entries);
-  HG_CUDA_CHECK(cudaMemset(m.counts, 0, 2 * sizeof(std::int32_t)));
+  HG_CUDA_CHECK(cudaMemset(m.counts, 0, 3 * sizeof(std::int32_t)));
   {
     int device = 0, major = 0;
     HG_CUDA_CHECK(cudaGetDevice(&device));
@@ -553,6 +592,7 @@ void PagedAttentionRunner::prepare(const attn::AttentionPlan& plan) {
   fits(plan.shared_items.size(), m.capacity.shared_items, "shared items");
   fits(plan.suffix_items.size(), m.capacity.suffix_items, "suffix items");
   fits(plan.groups.size(), m.capacity.groups, "merge groups");
+  fits(plan.merge_rows.size(), m.capacity.merge_rows, "merge rows");
   HG_CHECK(plan.state_entries <= m.capacity.state_entries, "PagedAttentionRunner::upload: plan needs ",
            plan.state_entries, " partial states, capacity is ", m.capacity.state_entries);
   // The staging buffer to pack, once its last copy has read it.
@@ -564,12 +604,14 @@ void PagedAttentionRunner::prepare(const attn::AttentionPlan& plan) {
   c.shared_ws = m.kernels.shared_ws != nullptr && (m.kernels.shared_ws_always || plan.shared_full_tiles);
   c.decode_rows = decode_build_rows(suffix);
   c.decode_quad = c.suffix_decode ? quad_decode_keys(suffix) : 0;
+  c.merge_launch = c.suffix_decode && c.decode_quad == 0 && merge_launch_rule(suffix);
   const int blocks_per_sm = c.shared_ws ? m.kernels.shared_ws_blocks_per_sm : m.kernels.shared_blocks_per_sm;
   c.after_shared = m.pdl_capable &&
                    (m.pdl_force == 1 || (m.pdl_force < 0 && pdl_rule(static_cast<std::int64_t>(plan.shared_items.size()),
                                                                      blocks_per_sm, m.sms)));
-  const std::int32_t counts[2] = {static_cast<std::int32_t>(plan.shared_items.size()),
-                                  static_cast<std::int32_t>(plan.suffix_items.size())};
+  const std::int32_t counts[3] = {static_cast<std::int32_t>(plan.shared_items.size()),
+                                  static_cast<std::int32_t>(plan.suffix_items.size()),
+                                  static_cast<std::int32_t>(plan.merge_rows.size())};
   // The arrays at their places in the plan block; the copy takes the block up to the end of
   // the last array (the unused capacity between arrays goes along: nothing reads past the
   // counts).
@@ -586,6 +628,7 @@ void PagedAttentionRunner::prepare(const attn::AttentionPlan& plan) {
   put(layout.rows, plan.rows);
   put(layout.shared_items, plan.shared_items);
   put(layout.groups, plan.groups);
+  put(layout.merge_rows, plan.merge_rows);
   put(layout.suffix_items, plan.suffix_items);
   buffer.bytes = end;
   m.prepared = m.next_staging;
@@ -618,7 +661,7 @@ int PagedAttentionRunner::launch_variant() const {
   const Impl::Choices& c = impl_->choices;
   return (c.suffix_decode ? 1 : 0) | (c.decode_rows == 1 ? 2 : 0) | (c.shared_ws ? 4 : 0) | (c.decode_quad != 0 ? 8 : 0) |
          (c.decode_quad == 1 ? 16 : 0) | (c.after_shared ? 32 : 0) | (c.decode_rows == 4 ? 64 : 0) |
-         (c.decode_rows == 8 ? 128 : 0);
+         (c.decode_rows == 8 ? 128 : 0) | (c.merge_launch ? 256 : 0);
 }
 
 void PagedAttentionRunner::poison_states() {
@@ -632,7 +675,8 @@ void PagedAttentionRunner::run(const PagedAttentionArgs& args, void* stream, boo
   auto st = static_cast<cudaStream_t>(stream);
   PagedAttentionParams p{};
   p.q = args.q, p.k_pool = args.k_pool, p.v_pool = args.v_pool;
-  p.pages = m.pages, p.pieces = m.pieces, p.rows = m.rows, p.groups = m.groups;
+  p.pages = m.pages, p.pieces = m.pieces, p.rows = m.rows, p.groups = m.groups, p.merge_rows = m.merge_rows;
+  p.merge_row_count = m.counts + 2;
   p.group_arrivals = m.arrivals;
   p.states = {m.state_o, m.state_lse};
   p.out = args.out, p.out_lse = args.out_lse;
@@ -656,12 +700,17 @@ void PagedAttentionRunner::run(const PagedAttentionArgs& args, void* stream, boo
   const bool pdl = m.choices.after_shared && m.shared_grid > 0;
   if (m.choices.decode_quad != 0)
     (m.choices.decode_quad == 1 ? m.kernels.decode_quad1 : m.kernels.decode_quad4)(p, m.decode_quad_grid, st, pdl);
-  else if (m.choices.suffix_decode)
+  else if (m.choices.suffix_decode) {
+    p.merge_launch = m.choices.merge_launch;
     (m.choices.decode_rows == 1   ? m.kernels.decode_narrow
      : m.choices.decode_rows == 4 ? m.kernels.decode_four
      : m.choices.decode_rows == 8 ? m.kernels.decode_eight
                                   : m.kernels.decode)(p, m.decode_grid, st, pdl);
-  else m.kernels.suffix(p, m.suffix_grid, st, pdl);
+    HG_CUDA_CHECK(cudaGetLastError());
+    if (m.choices.merge_launch) m.kernels.split_merge(p, m.merge_grid, st, m.pdl_capable && m.pdl_force != 0);
+  } else {
+    m.kernels.suffix(p, m.suffix_grid, st, pdl);
+  }
   HG_CUDA_CHECK(cudaGetLastError());
 }
 

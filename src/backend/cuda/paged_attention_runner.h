@@ -1,5 +1,5 @@
 // Host side of the paged attention step: device buffers of fixed capacity for the plan,
-// `upload` (host -> device, between steps) and `run` (two launches, no allocation, no host
+// `upload` (host -> device, between steps) and `run` (two launches, three with the merge launch; no allocation, no host
 // synchronisation: capturable in a CUDA graph that keeps working after the next upload).
 // No CUDA types here, so g++ code (tests, the tree_attention entry point) can use it.
 #pragma once
@@ -16,7 +16,7 @@ namespace hydragen::cuda {
 // Sizes of the plan arrays a runner can hold.
 struct PlanCapacity {
   std::int64_t pages = 0, pieces = 0, rows = 0, shared_items = 0, suffix_items = 0, groups = 0,
-               state_entries = 0;
+               state_entries = 0, merge_rows = 0;
   static PlanCapacity of(const attn::AttentionPlan& plan);
   PlanCapacity max(const PlanCapacity& other) const;
   // Whether every size of `need` fits this capacity.
@@ -68,6 +68,11 @@ struct SuffixItemSummary {
   int max_rows = 0, min_rows = 0;  // (0 without items)
   bool one_row = true;    // every item has one row
   bool lone_rows = true;  // ... and is its merge group's only item
+  bool split_groups = false;  // some merge group has more than one suffix item (a split suffix)
+  std::int64_t split_rows = 0;  // their rows (AttentionPlan::merge_rows)
+  bool split_multi_row = false;  // some split group has two rows or more
+  bool stacked = false;          // the plan has a shared launch
+  int max_columns = 0;           // AttentionPlan::max_columns
   static SuffixItemSummary of(const attn::AttentionPlan& plan);
 };
 
@@ -85,6 +90,20 @@ bool decode_runs_narrow(const SuffixItemSummary& suffix);
 // item has 5-8 rows: the R = 8 path alone, v32) or 0 (the general build: mixed plans, items of
 // two rows, or any multi-row plan under HYDRAGEN_DECODE_GENERAL). Host only.
 int decode_build_rows(const SuffixItemSummary& suffix);
+
+// Whether the decode kernel is followed by the merge launch (split_merge_kernel), which merges
+// the split merge groups (AttentionPlan::merge_rows) one warp per row (v39, docs/perf-notes.md)
+// in place of each group's last arrival merging all of its rows on one warp: where a split
+// group has two rows or more, and, under a shared launch, the plan's widest group has at least
+// kMergeLaunchMinColumnsStacked columns. H200 A/B (every split plan against none, session 20):
+// multi-row groups 0.70-0.96x (8/1 B=16-256, 32/8 B=16-64) except under a shared launch with 4
+// columns (8/1 hydragen B=256 1K+256 1.08x, 32/8 B=64 1.02x; 10 columns: 0.81-0.95x);
+// one-row groups (B=1, MHA, 8/1 hydragen B=16-64 with 256-key suffixes), whose last arrival
+// merges one row as the launch does, 0.95-1.11x (the launch's start, 0.5-3 us, uncovered).
+// HYDRAGEN_MERGE_LAUNCH=0 keeps the last arrival's merge, =1 takes the launch wherever a suffix
+// is split (A/B, tests); any other value is an error naming it. Host only.
+inline constexpr int kMergeLaunchMinColumnsStacked = 8;
+bool merge_launch_rule(const SuffixItemSummary& suffix);
 
 // Whether every suffix item of `plan` has one row and is its merge group's only item: the
 // plans decode_quad.cuh's kernel can serve. Host only.
@@ -150,7 +169,7 @@ class PagedAttentionRunner {
   // are chosen per plan): a CUDA graph captured under one variant replays that variant.
   // Bits: 1 decode kernel (else mma), 2 its narrow build, 4 the TMA shared kernel, 8 a quad
   // decode build, 16 its one-key build, 32 the suffix launch a dependent of the shared one (PDL),
-  // 64 the decode kernel's four-row build, 128 its eight-row build.
+  // 64 the decode kernel's four-row build, 128 its eight-row build, 256 the merge launch after it.
   int launch_variant() const;
   // Fills the partial-state buffers with NaN (tests: every read entry must be written).
   void poison_states();
