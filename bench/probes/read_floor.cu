@@ -9,29 +9,40 @@
 // Build and run on a GPU machine:
 //   nvcc -O2 -std=c++20 -Iinclude -Isrc -gencode arch=compute_90a,code=sm_90a \
 //        bench/probes/read_floor.cu -o read_floor && ./read_floor
+// `./read_floor MB [BLOCKS_PER_SM LOADS]` times one size (and one configuration): the run to put
+// under Nsight Compute beside a kernel reading as many bytes.
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <stdexcept>
+#include <vector>
 
 #include "backend/cuda/bench_timing.cuh"
 
 using namespace hydragen::cuda;
 
-int main() try {
+int main(int argc, char** argv) try {
   int sms = 0;
   HG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const std::size_t max_bytes = std::size_t{1080} << 20;
   DeviceBuffer buf(max_bytes), sink(4);
   HG_CUDA_CHECK(cudaMemset(buf.p, 1, max_bytes));
   std::printf("%8s %10s %12s %10s %8s\n", "MB", "best us", "TB/s", "blocks", "loads");
-  for (double mb : {34.0, 67.0, 135.0, 270.0, 540.0, 1080.0}) {
+  std::vector<double> sizes = {34.0, 67.0, 135.0, 270.0, 540.0, 1080.0};
+  std::vector<int> per_sms = {2, 4, 8, 16}, loads_list = {4, 8};
+  if (argc > 1) sizes = {std::atof(argv[1])};
+  if (argc > 3) per_sms = {std::atoi(argv[2])}, loads_list = {std::atoi(argv[3])};
+  for (double mb : sizes) {
+    if (!(mb > 0 && mb <= 1080)) throw std::runtime_error("MB must be in (0, 1080]");
     const std::int64_t n = static_cast<std::int64_t>(mb * 1e6) / 16;
     const auto* words = static_cast<const uint4*>(buf.p);
     auto* out = static_cast<unsigned*>(sink.p);
     double best = 1e30;
     int best_blocks = 0, best_loads = 0;
-    for (int per_sm : {2, 4, 8, 16}) {
-      for (int loads : {4, 8}) {
+    for (int per_sm : per_sms) {
+      for (int loads : loads_list) {
+        if (per_sm < 1 || (loads != 4 && loads != 8)) throw std::runtime_error("BLOCKS_PER_SM >= 1, LOADS 4 or 8");
         const int blocks = sms * per_sm;
         const double median = time_step(
                                   [&] {
