@@ -908,13 +908,12 @@ TEST(CudaDispatch, MergeLaunchWhereASuffixIsSplit) {
   const attn::AttentionPlan split = one_segment_plan(64, 1, 8, 16384, 1, AttentionMode::dense);
   const cuda::SuffixItemSummary unsplit_summary = cuda::SuffixItemSummary::of(unsplit);
   const cuda::SuffixItemSummary split_summary = cuda::SuffixItemSummary::of(split);
-  EXPECT_FALSE(unsplit_summary.split_groups);
-  EXPECT_TRUE(split_summary.split_groups);
+  EXPECT_EQ(unsplit_summary.split_rows, 0);
   EXPECT_EQ(split_summary.split_rows, 64 * 8);  // every row of the 64 sequences' split groups
   EXPECT_TRUE(split_summary.split_multi_row);
   // One-row split groups: MHA at B=1 (40 heads, a 16K context split).
   const cuda::SuffixItemSummary one_row = cuda::SuffixItemSummary::of(one_segment_plan(1, 40, 40, 16384, 1, AttentionMode::paged));
-  EXPECT_TRUE(one_row.split_groups);
+  EXPECT_GT(one_row.split_rows, 0);
   EXPECT_FALSE(one_row.split_multi_row);
   // Multi-row split groups under a shared launch, as wide as the rule's floor and one narrower.
   cuda::SuffixItemSummary stacked = split_summary, narrow = split_summary;
@@ -1184,7 +1183,7 @@ TEST(CudaAttention, GraphReplayFollowsTheUploadedPlan) {
     images[i] = cuda::page_tree(trees[i], hq, DType::bf16, page, false);
     plans[i] = attn::build_attention_plan(images[i].layout, plan_options);
     split_plans[i] = attn::build_attention_plan(images[i].layout, split_options);
-    ASSERT_TRUE(cuda::SuffixItemSummary::of(split_plans[i]).split_groups) << "tree " << i;
+    ASSERT_GT(cuda::SuffixItemSummary::of(split_plans[i]).split_rows, 0) << "tree " << i;
     pool_elems = std::max<std::int64_t>(pool_elems, images[i].k.size());
     rows = std::max(rows, trees[i].query_rows());
   }

@@ -477,11 +477,10 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
       for (std::int64_t tile = 0; tile < tiles; ++tile) {
         const int group = merge ? static_cast<int>(plan.groups.size()) : -1;
         if (merge) plan.groups.push_back({splits, first_column + splits});
-        if (merge && splits > 1) {
-          const int first = static_cast<int>(items.size()), rows = item(kh, tile, 0, splits, first_column, group).row_count;
-          for (int r = 0; r < rows; ++r) plan.merge_rows.push_back({first, r});
-        }
+        const int first = static_cast<int>(items.size());
         for (int sp = 0; sp < splits; ++sp) items.push_back(item(kh, tile, sp, splits, first_column, group));
+        if (merge && splits > 1)
+          for (int r = 0; r < items[first].row_count; ++r) plan.merge_rows.push_back({first, r});
       }
     }
   };

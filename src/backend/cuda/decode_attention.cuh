@@ -678,7 +678,8 @@ __global__ void __launch_bounds__(DecodeShape<T, D>::kThreads, MinBlocks) decode
   float* sp = sq + L * D;                                                         // [L][kChunk]
   T* sk = reinterpret_cast<T*>(sp + L * Shape::kChunk);                           // [kChunk][kKRow]
   T* sv = sk + Shape::kChunk * Shape::kKRow;                                            // [kChunk][D]
-  if (p.merge_launch) allow_dependent_launch();  // the merge launch's blocks may wait on the SMs this grid frees
+  // The merge launch's blocks may then wait on the SMs this grid frees.
+  if (p.merge_launch) allow_dependent_launch();
   const int item_index = blockIdx.x * Shape::kWarps + warp;
   attn::PlanItem it;
   if (!load_suffix_item(p, item_index, it)) return;  // (plan data: written before the shared launch)

@@ -139,7 +139,6 @@ SuffixItemSummary SuffixItemSummary::of(const attn::AttentionPlan& plan) {
     s.lone_rows &= it.row_count == 1 && plan.groups[static_cast<std::size_t>(it.group)].items == 1;
   }
   s.split_rows = static_cast<std::int64_t>(plan.merge_rows.size());
-  s.split_groups = s.split_rows > 0;
   for (const attn::PlanMergeRow& mr : plan.merge_rows) s.split_multi_row |= mr.row > 0;
   s.stacked = !plan.shared_items.empty();
   s.max_columns = plan.max_columns;
@@ -153,7 +152,7 @@ bool merge_launch_rule(const SuffixItemSummary& suffix) {
   const char* env = std::getenv("HYDRAGEN_MERGE_LAUNCH");
   const std::string force = env != nullptr ? env : "";
   HG_CHECK(force.empty() || force == "0" || force == "1", "HYDRAGEN_MERGE_LAUNCH=", force, ": expected 0 or 1 (or unset)");
-  if (!suffix.split_groups || force == "0") return false;
+  if (suffix.split_rows == 0 || force == "0") return false;
   return force == "1" || (suffix.split_multi_row && (!suffix.stacked || suffix.max_columns >= kMergeLaunchMinColumnsStacked));
 }
 

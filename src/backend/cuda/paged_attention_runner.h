@@ -1,6 +1,7 @@
 // Host side of the paged attention step: device buffers of fixed capacity for the plan,
-// `upload` (host -> device, between steps) and `run` (two launches, three with the merge launch; no allocation, no host
-// synchronisation: capturable in a CUDA graph that keeps working after the next upload).
+// `upload` (host -> device, between steps) and `run` (two launches, three with the merge launch;
+// no allocation, no host synchronisation: capturable in a CUDA graph that keeps working after the
+// next upload).
 // No CUDA types here, so g++ code (tests, the tree_attention entry point) can use it.
 #pragma once
 
@@ -68,8 +69,8 @@ struct SuffixItemSummary {
   int max_rows = 0, min_rows = 0;  // (0 without items)
   bool one_row = true;    // every item has one row
   bool lone_rows = true;  // ... and is its merge group's only item
-  bool split_groups = false;  // some merge group has more than one suffix item (a split suffix)
-  std::int64_t split_rows = 0;  // their rows (AttentionPlan::merge_rows)
+  std::int64_t split_rows = 0;   // rows of merge groups of several suffix items (split suffixes):
+                                 // AttentionPlan::merge_rows
   bool split_multi_row = false;  // some split group has two rows or more
   bool stacked = false;          // the plan has a shared launch
   int max_columns = 0;           // AttentionPlan::max_columns
