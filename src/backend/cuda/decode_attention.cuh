@@ -45,13 +45,19 @@ struct DecodeShape {
   static constexpr int kKeyLoads = D / 8;  // 16-byte loads per K row
   static constexpr int kDims = D / 32;     // output dims per lane
   static constexpr int kRowLanes = D * static_cast<int>(sizeof(T)) / 16;  // lanes per 16-byte-chunked row
-  // A K row in shared memory, padded by 16 bytes so that 8 lanes reading 8 rows hit 8
-  // different bank groups (the scalar scores, and the mma path's ldmatrix of K); V rows are
-  // padded the same on the mma path only (its ldmatrix.trans), D apart on the scalar one.
+  // The scalar path's K row in shared memory, padded by 16 bytes so that 8 lanes reading 8 rows
+  // hit 8 different bank groups; its V rows are D apart.
   static constexpr int kKRow = D + 16 / static_cast<int>(sizeof(T));
-  // The chunk's K rows [kChunk][kKRow] and V rows [kChunk][kKRow] (T; D apart in a build
-  // without the mma path: stage_floats(1)), in floats: also the scratch of the last arrival's
-  // merge once the key loop is done (items of >= 2 rows: the multi-row builds only).
+  // The mma path's K and V rows are D apart instead, unpadded, their 16-byte chunks permuted:
+  // chunk c of row r sits at chunk c ^ (r & 7). A padded row's copy wrote each 128-byte run of
+  // global memory across two 128-byte spans of shared memory, and the copy then asked L2 for
+  // 1.5x the sectors it needed (ncu, dense 8/1 B=64 4K: 24 sectors per 16-byte cp.async of a
+  // warp where 16 hold its 512 bytes; perf-notes v40). Permuted, each run lands in one span,
+  // and the 8 rows one ldmatrix reads at one chunk still sit in 8 different bank groups.
+  static __device__ __forceinline__ int swizzled(int row, int chunk) { return row * D + ((chunk ^ (row & 7)) << 3); }
+  // The chunk's K rows (room for [kChunk][kKRow]) and V rows (room for [kChunk][kKRow]; D in a
+  // build without the mma path: stage_floats(1)), in floats: also the scratch of the last
+  // arrival's merge once the key loop is done (items of >= 2 rows: the multi-row builds only).
   static constexpr int stage_floats(int max_rows) {
     return kChunk * (kKRow + (max_rows >= 4 ? kKRow : D)) * static_cast<int>(sizeof(T)) / 4;
   }
@@ -68,6 +74,7 @@ struct DecodeShape {
   static constexpr int layout_rows(int rows) { return rows == 1 ? 1 : 8; }
   static constexpr int smem_bytes(int max_rows) { return kWarps * warp_smem_floats(max_rows) * 4; }
   static_assert(D == 64 || D == 128);
+  static_assert(sizeof(T) == 2, "swizzled: 8 elements per 16-byte chunk");
   // The in-line merges stage the other columns' o in the K rows (free after the key loop).
   static_assert(kInLinePairs * D * 4 <= kChunk * kKRow * static_cast<int>(sizeof(T)), "merge_rows_in_line's stage fits sk");
   static_assert(8 * D * 4 <= kChunk * kKRow * static_cast<int>(sizeof(T)), "merge_row_in_registers' stage fits sk");
@@ -230,7 +237,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   // lane % 4) holds, per 16-key tile of a chunk, the scores of keys 16 mt + fg (+ 8) for rows
   // 2 ft and 2 ft + 1, and of O^T the dims 16 mt + fg (+ 8) of the same two rows.
   constexpr bool kMma = R >= 4;
-  constexpr int kVRow = kMma ? Shape::kKRow : D;  // V row stride in shared memory
+  constexpr int kVRow = D;  // V row stride in shared memory (the scalar path's; the mma path's: swizzled)
   const int fg = lane >> 2, ft = lane & 3;
   [[maybe_unused]] std::uint32_t qf[kMma ? D / 16 : 1][2];  // B fragments of Q^T: row fg, dims 16 ks + 2 ft (+ 8)
   [[maybe_unused]] float of[kMma ? D / 16 : 1][4];          // O^T accumulators
@@ -308,10 +315,10 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   };
   constexpr int kRowsPerStep = 32 / Shape::kRowLanes;
   const int sub = (lane % Shape::kRowLanes) * 8;
-  // Chunk c's rows of one pool into dst (row stride `stride`), one copy group. The mma path
-  // reads all kChunk rows, so its rows past the chunk's keys are zero-filled (a stale or
-  // never-written V row times p = 0 could be NaN); the scalar path copies the chunk's rows only
-  // (1 for a one-key suffix).
+  // Chunk c's rows of one pool into dst, one copy group: rows `stride` apart on the scalar path,
+  // swizzled on the mma path (DecodeShape::swizzled). The mma path reads all kChunk rows, so its
+  // rows past the chunk's keys are zero-filled (a stale or never-written V row times p = 0
+  // could be NaN); the scalar path copies the chunk's rows only (1 for a one-key suffix).
   auto issue = [&](const Chunk& c, T* dst, const T* pool, int stride) {
     const int count = min(c.piece.tokens - c.first, Shape::kChunk);
     const int steps = kMma ? Shape::kChunk / kRowsPerStep : (count + kRowsPerStep - 1) / kRowsPerStep;
@@ -319,7 +326,8 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
     for (int i = 0; i < steps; ++i) {
       const int key = i * kRowsPerStep + lane / Shape::kRowLanes;
       const std::int64_t off = slot_offset(__shfl_sync(0xffffffffu, c.slot, key)) + sub;  // slot 0 past the keys
-      ptx::cp_async_16(dst + key * stride + sub, pool + off, key < count);
+      T* to = kMma ? dst + Shape::swizzled(key, sub / 8) : dst + key * stride + sub;
+      ptx::cp_async_16(to, pool + off, key < count);
     }
     ptx::cp_async_commit();
   };
@@ -351,7 +359,8 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
     __syncwarp();             // the barrier makes every lane's visible
     if constexpr (kMma) {
       const int mi = lane >> 3, mr = lane & 7;  // ldmatrix: this lane's matrix and row
-      // S^T = K Q^T: two 16-key tiles x D / 16 k-steps.
+      // S^T = K Q^T: two 16-key tiles x D / 16 k-steps. Row 16 mt + 8 (mi & 1) + mr, chunk
+      // 2 ks + (mi >> 1), swizzled: the row's low bits are mr.
       float s[2][4];
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
@@ -360,7 +369,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
 #pragma unroll
         for (int ks = 0; ks < D / 16; ++ks) {
           std::uint32_t a[4];
-          ptx::ldmatrix_x4(a, sk + (mt * 16 + (mi & 1) * 8 + mr) * Shape::kKRow + ks * 16 + (mi >> 1) * 8);
+          ptx::ldmatrix_x4(a, sk + Shape::swizzled(mt * 16 + (mi & 1) * 8 + mr, ks * 2 + (mi >> 1)));
           ptx::mma_16816<T>(s[mt], a, qf[ks][0], qf[ks][1]);
         }
       }
@@ -422,7 +431,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
 #pragma unroll
         for (int mt = 0; mt < D / 16; ++mt) {
           std::uint32_t a[4];
-          ptx::ldmatrix_x4_trans(a, sv + (kk * 16 + (mi >> 1) * 8 + mr) * kVRow + mt * 16 + (mi & 1) * 8);
+          ptx::ldmatrix_x4_trans(a, sv + Shape::swizzled(kk * 16 + (mi >> 1) * 8 + mr, mt * 2 + (mi & 1)));
           ptx::mma_16816<T>(of[mt], a, b0, b1);
           ptx::mma_16816<T>(of[mt], a, c0, c1);
         }
@@ -676,8 +685,8 @@ __global__ void __launch_bounds__(DecodeShape<T, D>::kThreads, MinBlocks) decode
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   float* sq = reinterpret_cast<float*>(smem) + warp * Shape::warp_smem_floats(L);  // [L][D]
   float* sp = sq + L * D;                                                         // [L][kChunk]
-  T* sk = reinterpret_cast<T*>(sp + L * Shape::kChunk);                           // [kChunk][kKRow]
-  T* sv = sk + Shape::kChunk * Shape::kKRow;                                            // [kChunk][D]
+  T* sk = reinterpret_cast<T*>(sp + L * Shape::kChunk);  // [kChunk][kKRow], or [kChunk][D] swizzled
+  T* sv = sk + Shape::kChunk * Shape::kKRow;             // [kChunk][D], plain or swizzled
   // The merge launch's blocks may then wait on the SMs this grid frees.
   if (p.merge_launch) allow_dependent_launch();
   const int item_index = blockIdx.x * Shape::kWarps + warp;
