@@ -45,29 +45,25 @@ struct DecodeShape {
   static constexpr int kKeyLoads = D / 8;  // 16-byte loads per K row
   static constexpr int kDims = D / 32;     // output dims per lane
   static constexpr int kRowLanes = D * static_cast<int>(sizeof(T)) / 16;  // lanes per 16-byte-chunked row
-  // The scalar path's K row in shared memory, padded by 16 bytes so that 8 lanes reading 8 rows
-  // hit 8 different bank groups; its V rows are D apart.
-  static constexpr int kKRow = D + 16 / static_cast<int>(sizeof(T));
-  // The mma path's K and V rows are D apart instead, unpadded, their 16-byte chunks permuted:
-  // chunk c of row r sits at chunk c ^ (r & 7). A padded row's copy wrote each 128-byte run of
-  // global memory across two 128-byte spans of shared memory, and the copy then asked L2 for
-  // 1.5x the sectors it needed (ncu, dense 8/1 B=64 4K: 24 sectors per 16-byte cp.async of a
-  // warp where 16 hold its 512 bytes; perf-notes v40). Permuted, each run lands in one span,
-  // and the 8 rows one ldmatrix reads at one chunk still sit in 8 different bank groups.
+  // A chunk's K and V rows in shared memory, D apart, unpadded, their 16-byte chunks permuted:
+  // chunk c of row r sits at chunk c ^ (r & 7). So each 128-byte run of global memory a row's
+  // copy writes lands in one aligned 128-byte span, while the 8 rows that 8 lanes read at one
+  // chunk (the scalar scores, the mma path's ldmatrix) still sit in 8 different bank groups.
+  // The rows used to be padded by 16 bytes instead, and then each run straddled two spans: the
+  // copies asked L2 for 1.5x the sectors they needed (ncu, 8/1 B=64 4K: 24 sectors per warp's
+  // 512-byte cp.async; paged 25.8 against 34.6 us once swizzled; perf-notes v40). The scalar
+  // path's V rows stay plain (a warp reads one whole row per key).
   static __device__ __forceinline__ int swizzled(int row, int chunk) { return row * D + ((chunk ^ (row & 7)) << 3); }
-  // The chunk's K rows (room for [kChunk][kKRow]) and V rows (room for [kChunk][kKRow]; D in a
-  // build without the mma path: stage_floats(1)), in floats: also the scratch of the last
-  // arrival's merge once the key loop is done (items of >= 2 rows: the multi-row builds only).
-  static constexpr int stage_floats(int max_rows) {
-    return kChunk * (kKRow + (max_rows >= 4 ? kKRow : D)) * static_cast<int>(sizeof(T)) / 4;
-  }
-  static constexpr int kStageFloats = stage_floats(8);
+  // The chunk's K rows [kChunk][D] and V rows [kChunk][D] (T), in floats: also the scratch of
+  // the last arrival's merge once the key loop is done (items of >= 2 rows: the multi-row builds
+  // only).
+  static constexpr int kStageFloats = 2 * kChunk * D * static_cast<int>(sizeof(T)) / 4;
   // The mma path (items of 3-8 rows): P of a chunk as two T parts, hi and lo, each [8 rows]
   // [kPRow], in the Q slice (unused on that path).
   static constexpr int kPRow = kChunk + 8;
   // A warp's shared memory for items of <= max_rows rows: Q [max_rows][D] fp32, p
   // [max_rows][kChunk] fp32, then the K/V stage.
-  static constexpr int warp_smem_floats(int max_rows) { return max_rows * D + max_rows * kChunk + stage_floats(max_rows); }
+  static constexpr int warp_smem_floats(int max_rows) { return max_rows * D + max_rows * kChunk + kStageFloats; }
   // The rows a kernel build's shared memory is laid out for (its Rows: 0 general, else its one
   // path): the mma path's fragments span 8 rows whatever its items hold (P's parts, O^T written
   // back), so only the one-row build is smaller.
@@ -75,9 +71,12 @@ struct DecodeShape {
   static constexpr int smem_bytes(int max_rows) { return kWarps * warp_smem_floats(max_rows) * 4; }
   static_assert(D == 64 || D == 128);
   static_assert(sizeof(T) == 2, "swizzled: 8 elements per 16-byte chunk");
+  // Every warp's slice and its K and V stages start on a 128-byte boundary (the swizzle's spans).
+  static_assert(warp_smem_floats(1) % 32 == 0 && warp_smem_floats(8) % 32 == 0, "warp slices 128-byte aligned");
+  static_assert((D + kChunk) % 32 == 0 && kChunk * D * sizeof(T) % 128 == 0, "K and V stages 128-byte aligned");
   // The in-line merges stage the other columns' o in the K rows (free after the key loop).
-  static_assert(kInLinePairs * D * 4 <= kChunk * kKRow * static_cast<int>(sizeof(T)), "merge_rows_in_line's stage fits sk");
-  static_assert(8 * D * 4 <= kChunk * kKRow * static_cast<int>(sizeof(T)), "merge_row_in_registers' stage fits sk");
+  static_assert(kInLinePairs * D * 4 <= kChunk * D * static_cast<int>(sizeof(T)), "merge_rows_in_line's stage fits sk");
+  static_assert(8 * D * 4 <= kChunk * D * static_cast<int>(sizeof(T)), "merge_row_in_registers' stage fits sk");
   static_assert(2 * 8 * kPRow * static_cast<int>(sizeof(T)) <= 8 * D * 4, "P's two parts fit the Q slice of an 8-row warp");
 };
 
@@ -237,7 +236,6 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   // lane % 4) holds, per 16-key tile of a chunk, the scores of keys 16 mt + fg (+ 8) for rows
   // 2 ft and 2 ft + 1, and of O^T the dims 16 mt + fg (+ 8) of the same two rows.
   constexpr bool kMma = R >= 4;
-  constexpr int kVRow = D;  // V row stride in shared memory (the scalar path's; the mma path's: swizzled)
   const int fg = lane >> 2, ft = lane & 3;
   [[maybe_unused]] std::uint32_t qf[kMma ? D / 16 : 1][2];  // B fragments of Q^T: row fg, dims 16 ks + 2 ft (+ 8)
   [[maybe_unused]] float of[kMma ? D / 16 : 1][4];          // O^T accumulators
@@ -315,18 +313,18 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   };
   constexpr int kRowsPerStep = 32 / Shape::kRowLanes;
   const int sub = (lane % Shape::kRowLanes) * 8;
-  // Chunk c's rows of one pool into dst, one copy group: rows `stride` apart on the scalar path,
-  // swizzled on the mma path (DecodeShape::swizzled). The mma path reads all kChunk rows, so its
-  // rows past the chunk's keys are zero-filled (a stale or never-written V row times p = 0
-  // could be NaN); the scalar path copies the chunk's rows only (1 for a one-key suffix).
-  auto issue = [&](const Chunk& c, T* dst, const T* pool, int stride) {
+  // Chunk c's rows of one pool into dst, one copy group: swizzled (DecodeShape::swizzled) or,
+  // for the scalar path's V, plain. The mma path reads all kChunk rows, so its rows past the
+  // chunk's keys are zero-filled (a stale or never-written V row times p = 0 could be NaN); the
+  // scalar path copies the chunk's rows only (1 for a one-key suffix).
+  auto issue = [&](const Chunk& c, T* dst, const T* pool, bool swizzle) {
     const int count = min(c.piece.tokens - c.first, Shape::kChunk);
     const int steps = kMma ? Shape::kChunk / kRowsPerStep : (count + kRowsPerStep - 1) / kRowsPerStep;
 #pragma unroll 4
     for (int i = 0; i < steps; ++i) {
       const int key = i * kRowsPerStep + lane / Shape::kRowLanes;
       const std::int64_t off = slot_offset(__shfl_sync(0xffffffffu, c.slot, key)) + sub;  // slot 0 past the keys
-      T* to = kMma ? dst + Shape::swizzled(key, sub / 8) : dst + key * stride + sub;
+      T* to = dst + (swizzle ? Shape::swizzled(key, sub / 8) : key * D + sub);
       ptx::cp_async_16(to, pool + off, key < count);
     }
     ptx::cp_async_commit();
@@ -336,15 +334,15 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   if (has_cur) {
     cur.index = it.piece_begin, cur.first = 0, cur.piece = p.pieces[cur.index];
     cur.slot = key_slot(cur.piece, 0);
-    issue(cur, sk, kp, Shape::kKRow);
-    issue(cur, sv, vp, kVRow);
+    issue(cur, sk, kp, true);
+    issue(cur, sv, vp, kMma);
     if ((R == 1 || rows_in_line) && !fetched) fetch_shared_states();  // under the first chunk's keys
     has_next = advance(cur, next);
   }
   // The pending copy groups at a chunk's start: its K, then its V.
   auto issue_next_k = [&] {
     __syncwarp();  // every lane is done reading sk
-    if (has_next) issue(next, sk, kp, Shape::kKRow);
+    if (has_next) issue(next, sk, kp, true);
   };
   auto wait_v = [&] {  // pending: this chunk's V, then (has_next) the next chunk's K
     if (has_next) ptx::cp_async_wait<1>();
@@ -438,7 +436,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
       }
       __syncwarp();  // P and sv are rewritten for the next chunk
     } else {
-      // Scores: this lane's key (its padded row of sk: conflict-free) against every row.
+      // Scores: this lane's key (its swizzled row of sk: conflict-free) against every row.
       float s[R];
 #pragma unroll
       for (int r = 0; r < R; ++r) s[r] = 0.f;
@@ -446,7 +444,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
 #pragma unroll
         for (int c = 0; c < Shape::kKeyLoads; ++c) {
           float k[8];
-          unpack8<T>(*reinterpret_cast<const uint4*>(sk + lane * Shape::kKRow + c * 8), k);
+          unpack8<T>(*reinterpret_cast<const uint4*>(sk + Shape::swizzled(lane, c)), k);
 #pragma unroll
           for (int r = 0; r < R; ++r) s[r] = dot8(sq + r * D + c * 8, k, s[r]);
         }
@@ -464,7 +462,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
 #pragma unroll 8
       for (int j = 0; j < count; ++j) {
         float v[DL];
-        unpack_v<T, DL>(*reinterpret_cast<const VWord<DL>*>(sv + j * kVRow + lane * DL), v);
+        unpack_v<T, DL>(*reinterpret_cast<const VWord<DL>*>(sv + j * D + lane * DL), v);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           const float pr = sp[r * Shape::kChunk + j];
@@ -474,7 +472,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
       }
       __syncwarp();  // sp and sv are rewritten for the next chunk
     }
-    if (has_next) issue(next, sv, vp, kVRow);  // under the next chunk's scores
+    if (has_next) issue(next, sv, vp, kMma);  // under the next chunk's scores
     has_cur = has_next;
     if (has_cur) {
       cur = next;
@@ -681,12 +679,12 @@ __global__ void __launch_bounds__(DecodeShape<T, D>::kThreads, MinBlocks) decode
   using Shape = DecodeShape<T, D>;
   static_assert(Rows == 0 || Rows == 1 || Rows == 4 || Rows == 8);
   constexpr int L = Shape::layout_rows(Rows);
-  extern __shared__ __align__(16) unsigned char smem[];
+  extern __shared__ __align__(128) unsigned char smem[];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   float* sq = reinterpret_cast<float*>(smem) + warp * Shape::warp_smem_floats(L);  // [L][D]
   float* sp = sq + L * D;                                                         // [L][kChunk]
-  T* sk = reinterpret_cast<T*>(sp + L * Shape::kChunk);  // [kChunk][kKRow], or [kChunk][D] swizzled
-  T* sv = sk + Shape::kChunk * Shape::kKRow;             // [kChunk][D], plain or swizzled
+  T* sk = reinterpret_cast<T*>(sp + L * Shape::kChunk);  // [kChunk][D], swizzled
+  T* sv = sk + Shape::kChunk * D;                        // [kChunk][D], swizzled on the mma path
   // The merge launch's blocks may then wait on the SMs this grid frees.
   if (p.merge_launch) allow_dependent_launch();
   const int item_index = blockIdx.x * Shape::kWarps + warp;
