@@ -55,6 +55,7 @@ struct DeviceBuffer {
 };
 
 inline constexpr std::size_t kFlushBytes = 256u << 20;
+inline constexpr float kWarmupMs = 10.f;  // device time the warm-up keeps the device busy (time_step)
 
 // The buffer time_step writes to flush L2: one for every step type (a static inside the
 // template made one 256 MB buffer per lambda timed).
@@ -80,7 +81,21 @@ AttentionBenchTiming time_step(Step&& step, int warmup, int repeats) {
   cudaEvent_t start, stop;
   HG_CUDA_CHECK(cudaEventCreate(&start));
   HG_CUDA_CHECK(cudaEventCreate(&stop));
+  // Warm-up: `warmup` steps, and more until they have kept the device busy for kWarmupMs. The
+  // host's setup of a point (allocating and filling its pools, building its plan) can leave the
+  // device idle for tens of milliseconds; three warm-up steps of a 0.2 ms point did not bring it
+  // back, and in full sweeps the first mode timed after such a setup read up to 11% slower than
+  // the next with the same plan (batch 1, perf-notes "The mode-order artifact").
   for (int i = 0; i < warmup; ++i) step();
+  for (int steps = 1, rounds = 0; warmup > 0 && rounds < 16; steps *= 2, ++rounds) {
+    HG_CUDA_CHECK(cudaEventRecord(start));
+    for (int i = 0; i < steps; ++i) step();
+    HG_CUDA_CHECK(cudaEventRecord(stop));
+    HG_CUDA_CHECK(cudaEventSynchronize(stop));
+    float busy = 0;
+    HG_CUDA_CHECK(cudaEventElapsedTime(&busy, start, stop));
+    if (busy * 2 >= kWarmupMs) break;  // this round and the next would pass kWarmupMs
+  }
   std::vector<double> ms;
   for (int i = 0; i < std::max(repeats, 1); ++i) {
     // HYDRAGEN_BENCH_NO_FLUSH=1 keeps L2 warm (to separate flush effects in perf notes).
