@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "attn/paged_plan.h"
@@ -153,9 +154,18 @@ AttentionBenchTiming bench_attention(const AttentionBenchCase& bc) {
   }
   AttentionBenchTiming timing;
   const std::int64_t pool_bytes = std::int64_t{next_page} * bc.page_size * token_bytes;
+  // The K/V pools stay allocated for the next case that needs the same size: hydragen and paged
+  // at one point hold one layout, so they read the same memory. Pools allocated afresh for each
+  // mode put the first mode timed at a point on other physical pages than the next, and at
+  // batch 1 (one plan in both modes) the two read up to 5% apart, their fastest runs too (perf-
+  // notes, "The mode-order artifact").
+  static std::int64_t kept_bytes = -1;
+  static std::unique_ptr<DeviceBuffer> k_pool, v_pool;
+  if (kept_bytes != pool_bytes) k_pool.reset(), v_pool.reset(), kept_bytes = -1;
   std::size_t free_bytes = 0, total_bytes = 0;
   HG_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  if (2.0 * pool_bytes > 0.85 * double(free_bytes)) {
+  const double kept = kept_bytes == pool_bytes ? 2.0 * double(pool_bytes) : 0.0;  // already held: counts as free
+  if (2.0 * pool_bytes > 0.85 * (double(free_bytes) + kept)) {
     timing.skipped = true;
     timing.skip_reason = concat("out of memory: ", bc.mode, " needs ", 2 * pool_bytes / 1000000000, " GB of K/V");
     return timing;
@@ -165,15 +175,19 @@ AttentionBenchTiming bench_attention(const AttentionBenchCase& bc) {
 
   const std::int64_t rows = std::int64_t{bc.batch} * bc.query_tokens;
   const std::int64_t q_elems = rows * bc.heads * bc.head_dim;
-  DeviceBuffer k_pool(pool_bytes), v_pool(pool_bytes), q(q_elems * 2), out(q_elems * 2), lse(rows * bc.heads * 4);
-  fill(k_pool.p, pool_bytes / 2, 11);
-  fill(v_pool.p, pool_bytes / 2, 12);
+  if (kept_bytes != pool_bytes) {
+    k_pool = std::make_unique<DeviceBuffer>(pool_bytes), v_pool = std::make_unique<DeviceBuffer>(pool_bytes);
+    kept_bytes = pool_bytes;
+    fill(k_pool->p, pool_bytes / 2, 11);
+    fill(v_pool->p, pool_bytes / 2, 12);
+  }
+  DeviceBuffer q(q_elems * 2), out(q_elems * 2), lse(rows * bc.heads * 4);
   fill(q.p, q_elems, 13);
   PagedAttentionRunner runner(bc.dtype, bc.head_dim, bc.heads, bc.kv_heads, PlanCapacity::of(plan),
                               options.shared_tile_rows);
   runner.upload(plan);
   PagedAttentionArgs args;
-  args.q = q.p, args.k_pool = k_pool.p, args.v_pool = v_pool.p, args.out = out.p;
+  args.q = q.p, args.k_pool = k_pool->p, args.v_pool = v_pool->p, args.out = out.p;
   args.out_lse = static_cast<float*>(lse.p), args.page_size = bc.page_size;
   timing = time_step([&] { runner.run(args); }, bc.warmup, bc.repeats);
   if (mode == AttentionMode::hydragen && !plan.shared_items.empty())
