@@ -155,10 +155,9 @@ AttentionBenchTiming bench_attention(const AttentionBenchCase& bc) {
   AttentionBenchTiming timing;
   const std::int64_t pool_bytes = std::int64_t{next_page} * bc.page_size * token_bytes;
   // The K/V pools stay allocated for the next case that needs the same size: hydragen and paged
-  // at one point hold one layout, so they read the same memory. Pools allocated afresh for each
-  // mode put the first mode timed at a point on other physical pages than the next, and at
-  // batch 1 (one plan in both modes) the two read up to 5% apart, their fastest runs too (perf-
-  // notes, "The mode-order artifact").
+  // at one point hold one layout, so they read the same memory, filled once. (Kept pools alone
+  // did not close the batch-1 gap between the two modes' identical plans; the untimed first case
+  // in tools/bench_attention_cuda.cpp narrowed it: perf-notes session 21.)
   static std::int64_t kept_bytes = -1;
   static std::unique_ptr<DeviceBuffer> k_pool, v_pool;
   if (kept_bytes != pool_bytes) k_pool.reset(), v_pool.reset(), kept_bytes = -1;
