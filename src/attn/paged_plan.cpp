@@ -76,19 +76,26 @@ int append_pieces(AttentionPlan& plan, int page_size, std::int32_t page_offset, 
   return count;
 }
 
+// The most splits splits_for and suffix_splits_for consider for a range of `tokens` keys: none
+// under min_split_tokens keys, at most kMaxSplits, at most two waves of `slots`; 1 where the
+// `base_items` unsplit items already fill the slots (or there is nothing to split).
+std::int64_t split_limit(std::int64_t tokens, std::int64_t base_items, int slots, std::int64_t min_split_tokens) {
+  if (tokens <= 0 || base_items <= 0 || base_items >= slots) return 1;
+  return std::min<std::int64_t>({std::max<std::int64_t>(1, tokens / min_split_tokens), kMaxSplits,
+                                 ceil_div(2 * std::int64_t{slots}, base_items)});
+}
+
 // Split count for a range of `tokens` keys when the kernel's unsplit work is `base_items`
 // items on `slots` resident blocks: the fewest splits that fill the waves best. A split must
 // improve the filled fraction by 2% of itself: an absolute margin never split a handful of
 // items on thousands of slots (B=1 with a 1K context ran in one warp: 0.56 ms on the H200).
 int splits_for(std::int64_t tokens, std::int64_t base_items, int slots,
                std::int64_t min_split_tokens = kMinSplitTokens) {
-  if (tokens <= 0 || base_items <= 0 || base_items >= slots) return 1;
   auto fill = [&](std::int64_t s) {
     const std::int64_t items = base_items * s;
     return double(items) / double(ceil_div(items, slots) * slots);
   };
-  const std::int64_t most = std::min<std::int64_t>({std::max<std::int64_t>(1, tokens / min_split_tokens), kMaxSplits,
-                                                    ceil_div(2 * std::int64_t{slots}, base_items)});
+  const std::int64_t most = split_limit(tokens, base_items, slots, min_split_tokens);
   std::int64_t best = 1;
   for (std::int64_t s = 2; s <= most; ++s)
     if (fill(s) > fill(best) * 1.02) best = s;
@@ -99,14 +106,13 @@ int splits_for(std::int64_t tokens, std::int64_t base_items, int slots,
 // suffix_split_by_cost): the count with the least estimated time, in keys of one item's stream,
 //   waves x keys per split + PlanOptions::suffix_column_cost x rows x splits:
 // the busiest slot's keys, plus the partial state each split adds to every row of the item,
-// which the group's last item merges after all the others are done. splits_for's fill alone
-// took 8/1 B=64 at 16K to 33 splits for a wave 97% full instead of 94% (two waves, 33 columns
-// to merge: 0.195 ms dense, 0.165 ms with 16 splits; H200, docs/perf-notes.md session 19).
+// merged once all the others are done (by the last arrival or the merge launch). splits_for's
+// fill alone took 8/1 B=64 at 16K to 33 splits for a wave 97% full instead of 94% (two waves,
+// 33 columns to merge: 0.195 ms dense, 0.165 ms with 16 splits; H200, docs/perf-notes.md
+// session 19).
 int suffix_splits_for(std::int64_t tokens, std::int64_t base_items, int slots, std::int64_t min_split_tokens,
                       std::int64_t rows, double column_cost) {
-  if (tokens <= 0 || base_items <= 0 || base_items >= slots) return 1;
-  const std::int64_t most = std::min<std::int64_t>({std::max<std::int64_t>(1, tokens / min_split_tokens), kMaxSplits,
-                                                    ceil_div(2 * std::int64_t{slots}, base_items)});
+  const std::int64_t most = split_limit(tokens, base_items, slots, min_split_tokens);
   auto cost = [&](std::int64_t s) {
     return double(ceil_div(base_items * s, slots) * ceil_div(tokens, s)) + column_cost * double(rows * s);
   };
