@@ -81,11 +81,10 @@ AttentionBenchTiming time_step(Step&& step, int warmup, int repeats) {
   cudaEvent_t start, stop;
   HG_CUDA_CHECK(cudaEventCreate(&start));
   HG_CUDA_CHECK(cudaEventCreate(&stop));
-  // Warm-up: `warmup` steps, and more until they have kept the device busy for kWarmupMs. The
-  // host's setup of a point (allocating and filling its pools, building its plan) can leave the
-  // device idle for tens of milliseconds; three warm-up steps of a 0.2 ms point did not bring it
-  // back, and in full sweeps the first mode timed after such a setup read up to 11% slower than
-  // the next with the same plan (batch 1, perf-notes "The mode-order artifact").
+  // Warm-up: `warmup` steps, and more until they have kept the device busy for kWarmupMs. With
+  // three warm-up steps alone a full sweep timed 40/40 B=1 32K+256 (one plan in both modes)
+  // 1.116x slower in the first mode timed at the point, most of its 20 runs slow; with this
+  // warm-up, 1.00 (perf-notes session 21, "The bench's mode-order artifact").
   for (int i = 0; i < warmup; ++i) step();
   for (int steps = 1, rounds = 0; warmup > 0 && rounds < 16; steps *= 2, ++rounds) {
     HG_CUDA_CHECK(cudaEventRecord(start));

@@ -160,11 +160,12 @@ AttentionBenchTiming bench_attention(const AttentionBenchCase& bc) {
   // in tools/bench_attention_cuda.cpp narrowed it: perf-notes session 21.)
   static std::int64_t kept_bytes = -1;
   static std::unique_ptr<DeviceBuffer> k_pool, v_pool;
-  if (kept_bytes != pool_bytes) k_pool.reset(), v_pool.reset(), kept_bytes = -1;
+  const bool reuse = kept_bytes == pool_bytes;
+  if (!reuse) k_pool.reset(), v_pool.reset(), kept_bytes = -1;
   std::size_t free_bytes = 0, total_bytes = 0;
   HG_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  const double kept = kept_bytes == pool_bytes ? 2.0 * double(pool_bytes) : 0.0;  // already held: counts as free
-  if (2.0 * pool_bytes > 0.85 * (double(free_bytes) + kept)) {
+  const double held = reuse ? 2.0 * double(pool_bytes) : 0.0;  // the kept pools count as free
+  if (2.0 * pool_bytes > 0.85 * (double(free_bytes) + held)) {
     timing.skipped = true;
     timing.skip_reason = concat("out of memory: ", bc.mode, " needs ", 2 * pool_bytes / 1000000000, " GB of K/V");
     return timing;
@@ -174,7 +175,7 @@ AttentionBenchTiming bench_attention(const AttentionBenchCase& bc) {
 
   const std::int64_t rows = std::int64_t{bc.batch} * bc.query_tokens;
   const std::int64_t q_elems = rows * bc.heads * bc.head_dim;
-  if (kept_bytes != pool_bytes) {
+  if (!reuse) {
     k_pool = std::make_unique<DeviceBuffer>(pool_bytes), v_pool = std::make_unique<DeviceBuffer>(pool_bytes);
     kept_bytes = pool_bytes;
     fill(k_pool->p, pool_bytes / 2, 11);
