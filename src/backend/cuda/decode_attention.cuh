@@ -300,6 +300,11 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
     int slot;   // this lane's key's token slot in the pools (0 past the chunk's keys)
   };
   const int pieces_end = it.piece_begin + it.piece_count;
+  // The first half of piece `index`.
+  auto first_half = [&](int index, Chunk& out) {
+    out.index = index, out.first = 0, out.piece = p.pieces[index];
+    out.slot = key_slot(out.piece, 0);
+  };
   // The chunk after c (false: c is the item's last).
   auto advance = [&](const Chunk& c, Chunk& out) {
     if (c.first == 0 && c.piece.tokens > Shape::kChunk) {
@@ -307,8 +312,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
       return true;
     }
     if (c.index + 1 >= pieces_end) return false;
-    out.index = c.index + 1, out.first = 0, out.piece = p.pieces[out.index];
-    out.slot = key_slot(out.piece, 0);
+    first_half(c.index + 1, out);
     return true;
   };
   constexpr int kRowsPerStep = 32 / Shape::kRowLanes;
@@ -332,8 +336,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   Chunk cur{}, next{};
   bool has_cur = it.piece_count > 0, has_next = false;
   if (has_cur) {
-    cur.index = it.piece_begin, cur.first = 0, cur.piece = p.pieces[cur.index];
-    cur.slot = key_slot(cur.piece, 0);
+    first_half(it.piece_begin, cur);
     issue(cur, sk, kp, true);
     issue(cur, sv, vp, kMma);
     if ((R == 1 || rows_in_line) && !fetched) fetch_shared_states();  // under the first chunk's keys
@@ -679,9 +682,10 @@ __global__ void __launch_bounds__(DecodeShape<T, D>::kThreads, MinBlocks) decode
   using Shape = DecodeShape<T, D>;
   static_assert(Rows == 0 || Rows == 1 || Rows == 4 || Rows == 8);
   constexpr int L = Shape::layout_rows(Rows);
-  extern __shared__ __align__(128) unsigned char smem[];
+  // (Its own name: the mma.sync kernel's `smem` in the same translation unit is 16-byte aligned.)
+  extern __shared__ __align__(128) unsigned char decode_smem[];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  float* sq = reinterpret_cast<float*>(smem) + warp * Shape::warp_smem_floats(L);  // [L][D]
+  float* sq = reinterpret_cast<float*>(decode_smem) + warp * Shape::warp_smem_floats(L);  // [L][D]
   float* sp = sq + L * D;                                                         // [L][kChunk]
   T* sk = reinterpret_cast<T*>(sp + L * Shape::kChunk);  // [kChunk][D], swizzled
   T* sv = sk + Shape::kChunk * D;                        // [kChunk][D], swizzled on the mma path
