@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "hydragen/error.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace {
 

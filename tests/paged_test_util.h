@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "attention_test_util.h"
-#include "attn/paged_plan.h"
+#include "plan/paged_plan.h"
 #include "model/model_ops.h"
 
 namespace hydragen::testing {
@@ -40,7 +40,7 @@ struct PagedShape {
 };
 
 struct PagedCase {
-  attn::PagedLayout layout;  // what the plan reads: the tree's pages, or the dense copies
+  plan::PagedLayout layout;  // what the plan reads: the tree's pages, or the dense copies
   Tensor k_pool, v_pool;     // f32 [pages, page_size, Hkv, d]
   SharingTree tree;          // the same keys, each segment and suffix contiguous
   Tensor q;                  // f32 [query_rows, Hq, d]
@@ -216,14 +216,14 @@ inline PagedCase random_paged_case(const PagedShape& shape, Rng& rng) {
 // (PlanOptions::shared_head_splits, forced on): the fewest full-tile slots from 3 up for which
 // the heads' item counts differ (the rows, and so the tiles, depend on the drawn query tokens).
 // `differ` says whether one was found by 16 slots.
-inline attn::AttentionPlan head_split_plan(const attn::PagedLayout& layout, attn::PlanOptions options, bool& differ) {
+inline plan::AttentionPlan head_split_plan(const plan::PagedLayout& layout, plan::PlanOptions options, bool& differ) {
   options.shared_split_past_one_wave = true, options.shared_head_splits = true;
   options.fold_when_stacking_saves_little = false;
-  attn::AttentionPlan plan;
+  plan::AttentionPlan plan;
   differ = false;
   for (int slots = 3; slots <= 16 && !differ; ++slots) {
     options.shared_full_tile_slots = slots;
-    plan = attn::build_attention_plan(layout, options);
+    plan = plan::build_attention_plan(layout, options);
     std::map<int, int> items_of_head;
     for (const auto& it : plan.shared_items) ++items_of_head[it.kv_head];
     std::set<int> counts;
@@ -235,9 +235,9 @@ inline attn::AttentionPlan head_split_plan(const attn::PagedLayout& layout, attn
 
 // B sequences under one segment of `prefix` tokens, `suffix` own tokens each (one query row),
 // d 128, pages numbered in order; for plan-shape tests at benchmark sizes.
-inline attn::PagedLayout one_segment_layout(int batch, int kv_heads, int q_heads, std::int64_t prefix,
+inline plan::PagedLayout one_segment_layout(int batch, int kv_heads, int q_heads, std::int64_t prefix,
                                             std::int64_t suffix) {
-  attn::PagedLayout layout;
+  plan::PagedLayout layout;
   layout.kv_heads = kv_heads, layout.q_heads = q_heads, layout.head_dim = 128;
   std::int32_t next = 0;
   auto pages = [&](std::int64_t tokens) {

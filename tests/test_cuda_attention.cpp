@@ -130,7 +130,7 @@ class ScopedEnv {
 // Runs `plan` with PagedAttentionRunner over the case's pool and q in bf16 on the device;
 // outputs start as NaN. Returns o (widened to f32) and lse on the CPU.
 // variant: where given, the runner's launch_variant() for the plan.
-AttentionState run_on_device(const testing::PagedCase& c, const attn::AttentionPlan& plan, int shared_tile_rows,
+AttentionState run_on_device(const testing::PagedCase& c, const plan::AttentionPlan& plan, int shared_tile_rows,
                              int* variant = nullptr) {
   const std::int64_t rows = c.q.size(0), hq = c.q.size(1), d = c.q.size(2);
   cuda::PagedAttentionRunner runner(DType::bf16, static_cast<int>(d), static_cast<int>(hq), c.layout.kv_heads,
@@ -179,12 +179,12 @@ TEST(CudaAttention, SegmentsStartingInsidePagesMatchReference) {
     shape.round_to_bf16 = true;
     const AttentionMode mode = trial / 16 ? AttentionMode::paged : AttentionMode::hydragen;
     const testing::PagedCase c = testing::random_paged_case(shape, rng);
-    attn::PlanOptions options = cuda::plan_options_for_device(DType::bf16, shape.head_dim, mode, true);
+    plan::PlanOptions options = cuda::plan_options_for_device(DType::bf16, shape.head_dim, mode, true);
     if (trial % 4 == 1)  // stack short ones too
       options.min_sharers_to_stack = 1, options.min_segment_tokens_to_stack = 1, options.fold_when_stacking_saves_little = false;
     if (trial % 4 == 2) options.suffix_min_split_tokens = 32;  // split suffix reads
-    if (trial % 5 == 0) options.suffix_tile_rows = attn::kSuffixTileRows;  // (else one-row GQA items by rule mostly)
-    const attn::AttentionPlan plan = attn::build_attention_plan(c.layout, options);
+    if (trial % 5 == 0) options.suffix_tile_rows = plan::kSuffixTileRows;  // (else one-row GQA items by rule mostly)
+    const plan::AttentionPlan plan = plan::build_attention_plan(c.layout, options);
     const AttentionState out = run_on_device(c, plan, options.shared_tile_rows);
     const AttentionState ref = reference_tree_attention(c.tree, c.q);
     const std::string what = concat("trial ", trial, " ", mode_name(mode), " shared ", shared_kernel ? "mma" : "auto",
@@ -226,10 +226,10 @@ TEST(CudaAttention, WarpSpecializedSharedKernelMatchesReference) {
     shape.max_query_tokens = trial % 3 == 0 ? 5 : 1;
     shape.round_to_bf16 = true;
     const testing::PagedCase c = testing::random_paged_case(shape, rng);
-    attn::PlanOptions options = cuda::plan_options_for_device(DType::bf16, 128, AttentionMode::hydragen, true);
+    plan::PlanOptions options = cuda::plan_options_for_device(DType::bf16, 128, AttentionMode::hydragen, true);
     if (trial / 12 % 2 == trial % 2)  // stack every shared segment (half the trials of each kernel)
       options.min_sharers_to_stack = 1, options.min_segment_tokens_to_stack = 1, options.fold_when_stacking_saves_little = false;
-    const attn::AttentionPlan plan = attn::build_attention_plan(c.layout, options);
+    const plan::AttentionPlan plan = plan::build_attention_plan(c.layout, options);
     with_shared_items += !plan.shared_items.empty();
     const AttentionState out = run_on_device(c, plan, options.shared_tile_rows);
     const AttentionState ref = reference_tree_attention(c.tree, c.q);
@@ -276,9 +276,9 @@ TEST(CudaAttention, SharedKernelsRescaleLazilyAndExactly) {
         shape.key_growth = growth;
         shape.key_step = step;
         const testing::PagedCase c = testing::random_paged_case(shape, rng);
-        attn::PlanOptions options = cuda::plan_options_for_device(DType::bf16, 128, AttentionMode::hydragen, true);
+        plan::PlanOptions options = cuda::plan_options_for_device(DType::bf16, 128, AttentionMode::hydragen, true);
         options.min_sharers_to_stack = 1, options.min_segment_tokens_to_stack = 1, options.fold_when_stacking_saves_little = false;
-        const attn::AttentionPlan plan = attn::build_attention_plan(c.layout, options);
+        const plan::AttentionPlan plan = plan::build_attention_plan(c.layout, options);
         ASSERT_FALSE(plan.shared_items.empty()) << kernel << " lag " << lag;
         const AttentionState out = run_on_device(c, plan, options.shared_tile_rows);
         const AttentionState ref = reference_tree_attention(c.tree, c.q);
@@ -350,9 +350,9 @@ TEST(CudaAttention, RunnerMatchesCpuPlanRunner) {
     const AttentionMode mode = std::vector{AttentionMode::hydragen, AttentionMode::paged, AttentionMode::dense}[trial % 3];
     shape.dense = mode == AttentionMode::dense;
     const testing::PagedCase c = testing::random_paged_case(shape, rng);
-    attn::PlanOptions options = cuda::plan_options_for_device(DType::bf16, shape.head_dim, mode, true);
+    plan::PlanOptions options = cuda::plan_options_for_device(DType::bf16, shape.head_dim, mode, true);
     if (trial % 4 >= 2) options.suffix_min_split_tokens = 32;
-    const attn::AttentionPlan plan = attn::build_attention_plan(c.layout, options);
+    const plan::AttentionPlan plan = plan::build_attention_plan(c.layout, options);
     const AttentionState gpu = run_on_device(c, plan, options.shared_tile_rows);
     AttentionState cpu{Tensor::empty(c.q.shape(), DType::f32), Tensor::empty({c.q.size(0), c.q.size(1)}, DType::f32)};
     cpu::run_attention_plan(plan, c.q, c.k_pool, c.v_pool, cpu.o, &cpu.lse);
@@ -387,9 +387,9 @@ TEST(CudaAttention, HeadSplitPlansMatchReference) {
     shape.max_query_tokens = trial % 2 ? 3 : 1;
     shape.round_to_bf16 = true;
     const testing::PagedCase c = testing::random_paged_case(shape, rng);
-    const attn::PlanOptions options = cuda::plan_options_for_device(DType::bf16, 128, AttentionMode::hydragen, true);
+    const plan::PlanOptions options = cuda::plan_options_for_device(DType::bf16, 128, AttentionMode::hydragen, true);
     bool differ = false;
-    const attn::AttentionPlan plan = testing::head_split_plan(c.layout, options, differ);
+    const plan::AttentionPlan plan = testing::head_split_plan(c.layout, options, differ);
     const std::string what = concat("trial ", trial, " page ", shape.page_size, " Hkv ", shape.kv_heads, " G ",
                                     shape.groups, " T<=", shape.max_query_tokens);
     ASSERT_TRUE(plan.shared_full_tiles) << what;
@@ -544,17 +544,17 @@ TEST(CudaAttention, QuadDecodeKernelMatchesReference) {
     shape.round_to_bf16 = true;
     const AttentionMode mode = trial % 4 == 2 ? AttentionMode::paged : AttentionMode::hydragen;
     const testing::PagedCase c = testing::random_paged_case(shape, rng);
-    attn::PlanOptions options = cuda::plan_options_for_device(DType::bf16, shape.head_dim, mode, true);
+    plan::PlanOptions options = cuda::plan_options_for_device(DType::bf16, shape.head_dim, mode, true);
     // Split suffixes (not the quad kernel's), or none at all. The last GQA trial as one-row
     // suffix items (PlanOptions::suffix_tile_rows = 1, e8): lone rows too.
     options.suffix_min_split_tokens = trial % 5 == 4 ? 32 : std::int64_t{1} << 40;
     if (trial == 15) options.suffix_tile_rows = 1;
-    else if (shape.groups > 1) options.suffix_tile_rows = attn::kSuffixTileRows;  // GQA rows tiled: not served
+    else if (shape.groups > 1) options.suffix_tile_rows = plan::kSuffixTileRows;  // GQA rows tiled: not served
     const bool lone = (shape.groups == 1 || trial == 15) && shape.max_query_tokens == 1 && trial % 5 != 4;
     lone_by_design += lone;
     if (mode == AttentionMode::hydragen && trial % 3 == 0)
       options.min_sharers_to_stack = 1, options.min_segment_tokens_to_stack = 1, options.fold_when_stacking_saves_little = false;
-    const attn::AttentionPlan plan = attn::build_attention_plan(c.layout, options);
+    const plan::AttentionPlan plan = plan::build_attention_plan(c.layout, options);
     int variant = 0;
     const AttentionState got = run_on_device(c, plan, options.shared_tile_rows, &variant);
     const AttentionState ref = reference_tree_attention(c.tree, c.q);
@@ -609,12 +609,12 @@ TEST(CudaAttention, NarrowAndWideDecodeKernelsMatchReference) {
     shape.round_to_bf16 = true;
     const AttentionMode mode = trial / 4 == 2 ? AttentionMode::paged : AttentionMode::hydragen;
     const testing::PagedCase c = testing::random_paged_case(shape, rng);
-    attn::PlanOptions options = cuda::plan_options_for_device(DType::bf16, shape.head_dim, mode, true);
+    plan::PlanOptions options = cuda::plan_options_for_device(DType::bf16, shape.head_dim, mode, true);
     if (trial % 3 == 1) options.suffix_min_split_tokens = 32;  // split suffixes: the ticket merge
-    options.suffix_tile_rows = attn::kSuffixTileRows;  // GQA rows tiled (not one-row items by rule)
-    const attn::AttentionPlan plan = attn::build_attention_plan(c.layout, options);
+    options.suffix_tile_rows = plan::kSuffixTileRows;  // GQA rows tiled (not one-row items by rule)
+    const plan::AttentionPlan plan = plan::build_attention_plan(c.layout, options);
     bool narrow_rows = true;
-    for (const attn::PlanItem& it : plan.suffix_items) narrow_rows &= it.row_count <= 1;
+    for (const plan::PlanItem& it : plan.suffix_items) narrow_rows &= it.row_count <= 1;
     const AttentionState ref = reference_tree_attention(c.tree, c.q);
     struct Forced {
       const char* width;  // HYDRAGEN_DECODE_NARROW or _WIDE
@@ -694,19 +694,19 @@ TEST(CudaAttention, LoneMultiRowItemsMergeInLine) {
     shape.suffix_lengths = {1, 40, 100};
     shape.round_to_bf16 = true;
     const testing::PagedCase c = testing::random_paged_case(shape, rng);
-    attn::PlanOptions options = cuda::plan_options_for_device(DType::bf16, shape.head_dim, AttentionMode::hydragen, true);
+    plan::PlanOptions options = cuda::plan_options_for_device(DType::bf16, shape.head_dim, AttentionMode::hydragen, true);
     options.min_sharers_to_stack = 1, options.min_segment_tokens_to_stack = 1;
     options.fold_when_stacking_saves_little = false;
     options.shared_min_split_tokens = options.shared_short_split_tokens = 128;
     options.shared_slots = options.shared_full_tile_slots = options.suffix_slots = 1 << 20;
     options.suffix_min_split_tokens = 128;  // no suffix split: every suffix item alone in its group
-    options.suffix_tile_rows = attn::kSuffixTileRows;
-    const attn::AttentionPlan plan = attn::build_attention_plan(c.layout, options);
+    options.suffix_tile_rows = plan::kSuffixTileRows;
+    const plan::AttentionPlan plan = plan::build_attention_plan(c.layout, options);
     // Items of sequences under no segment (random_paged_case hangs a few at the root) have no
     // other column: they write their rows directly.
     int in_line = 0, ticket = 0, alone = 0;
-    for (const attn::PlanItem& it : plan.suffix_items) {
-      const attn::PlanMergeGroup& g = plan.groups[static_cast<std::size_t>(it.group)];
+    for (const plan::PlanItem& it : plan.suffix_items) {
+      const plan::PlanMergeGroup& g = plan.groups[static_cast<std::size_t>(it.group)];
       ASSERT_EQ(g.items, 1);
       ASSERT_EQ(it.row_count, t.groups);
       const int kernel_rows = it.row_count <= 4 ? 4 : 8;  // the decode kernel's R for 3-8 rows
@@ -771,20 +771,20 @@ TEST(CudaAttention, DecodeMergesOfManyColumnsMatchReference) {
     shape.suffix_lengths = {t.suffix};
     shape.round_to_bf16 = true;
     const testing::PagedCase c = testing::random_paged_case(shape, rng);
-    attn::PlanOptions options = cuda::plan_options_for_device(DType::bf16, shape.head_dim, t.mode, true);
+    plan::PlanOptions options = cuda::plan_options_for_device(DType::bf16, shape.head_dim, t.mode, true);
     options.min_sharers_to_stack = 1, options.min_segment_tokens_to_stack = 1;
     options.fold_when_stacking_saves_little = false;
     options.shared_min_split_tokens = options.shared_short_split_tokens = 128;
     options.shared_slots = options.shared_full_tile_slots = options.suffix_slots = 1 << 20;
     options.suffix_min_split_tokens = 128;
-    options.suffix_tile_rows = attn::kSuffixTileRows;
-    const attn::AttentionPlan plan = attn::build_attention_plan(c.layout, options);
+    options.suffix_tile_rows = plan::kSuffixTileRows;
+    const plan::AttentionPlan plan = plan::build_attention_plan(c.layout, options);
     const std::string what = concat(mode_name(t.mode), " G ", t.groups, " d ", t.head_dim, " batch ", t.batch,
                                     " segment ", t.segment, " suffix ", t.suffix, " columns ", plan.max_columns);
     EXPECT_GE(plan.max_columns, t.min_columns) << what;
     EXPECT_LE(plan.max_columns, t.max_columns) << what;
     int splits = 0;
-    for (const attn::PlanMergeGroup& g : plan.groups) splits = std::max(splits, g.items);
+    for (const plan::PlanMergeGroup& g : plan.groups) splits = std::max(splits, g.items);
     EXPECT_GE(splits, t.min_splits) << what;
     EXPECT_LE(splits, t.max_splits) << what;
     const AttentionState ref = reference_tree_attention(c.tree, c.q);
@@ -805,12 +805,12 @@ TEST(CudaAttention, DecodeMergesOfManyColumnsMatchReference) {
 
 #ifdef HYDRAGEN_WITH_CUDA
 // A plan of B sequences under one segment of `context` tokens, `suffix` own tokens each.
-attn::AttentionPlan one_segment_plan(int batch, int kv_heads, int q_heads, std::int64_t context, std::int64_t suffix,
+plan::AttentionPlan one_segment_plan(int batch, int kv_heads, int q_heads, std::int64_t context, std::int64_t suffix,
                                      AttentionMode mode) {
-  attn::PlanOptions options;
+  plan::PlanOptions options;
   options.mode = mode;
   options.shared_slots = 264, options.suffix_slots = 1584;  // the H200's, as on the device
-  return attn::build_attention_plan(testing::one_segment_layout(batch, kv_heads, q_heads, context, suffix), options);
+  return plan::build_attention_plan(testing::one_segment_layout(batch, kv_heads, q_heads, context, suffix), options);
 }
 #endif
 
@@ -904,8 +904,8 @@ TEST(CudaDispatch, PlanCapacityHoldsEverySize) {
 // split, =0 never; any other value is an error naming it. No GPU needed: host code.
 TEST(CudaDispatch, MergeLaunchWhereASuffixIsSplit) {
 #ifdef HYDRAGEN_WITH_CUDA
-  const attn::AttentionPlan unsplit = one_segment_plan(1024, 8, 32, 16384, 1, AttentionMode::hydragen);
-  const attn::AttentionPlan split = one_segment_plan(64, 1, 8, 16384, 1, AttentionMode::dense);
+  const plan::AttentionPlan unsplit = one_segment_plan(1024, 8, 32, 16384, 1, AttentionMode::hydragen);
+  const plan::AttentionPlan split = one_segment_plan(64, 1, 8, 16384, 1, AttentionMode::dense);
   const cuda::SuffixItemSummary unsplit_summary = cuda::SuffixItemSummary::of(unsplit);
   const cuda::SuffixItemSummary split_summary = cuda::SuffixItemSummary::of(split);
   EXPECT_EQ(unsplit_summary.split_rows, 0);
@@ -977,7 +977,7 @@ TEST(CudaDispatch, SuffixKernelIsTheDecodeKernelUnlessForced) {
 TEST(CudaDispatch, SuffixItemSummaryAndTheNarrowBuild) {
 #ifdef HYDRAGEN_WITH_CUDA
   // 40/40 B=64 under a stacked 2K prefix, 64-key suffixes: one-row items, one piece each.
-  const attn::AttentionPlan mha = one_segment_plan(64, 40, 40, 2048, 64, AttentionMode::hydragen);
+  const plan::AttentionPlan mha = one_segment_plan(64, 40, 40, 2048, 64, AttentionMode::hydragen);
   const cuda::SuffixItemSummary a = cuda::SuffixItemSummary::of(mha);
   EXPECT_EQ(a.items, 64 * 40);
   EXPECT_EQ(a.pieces, 64 * 40);
@@ -1087,9 +1087,9 @@ TEST(CudaAttention, SharedLaunchOverlapsTheLaunchThatWritesQ) {
     shape.segment_lengths = {700, 1500, 2100};
     shape.round_to_bf16 = true;
     const testing::PagedCase c = testing::random_paged_case(shape, rng);
-    attn::PlanOptions options = cuda::plan_options_for_device(DType::bf16, 128, AttentionMode::hydragen, true);
+    plan::PlanOptions options = cuda::plan_options_for_device(DType::bf16, 128, AttentionMode::hydragen, true);
     options.min_sharers_to_stack = 1, options.min_segment_tokens_to_stack = 1, options.fold_when_stacking_saves_little = false;
-    const attn::AttentionPlan plan = attn::build_attention_plan(c.layout, options);
+    const plan::AttentionPlan plan = plan::build_attention_plan(c.layout, options);
     ASSERT_TRUE(plan.shared_full_tiles && !plan.shared_items.empty()) << "trial " << trial;
     const std::int64_t rows = c.q.size(0), hq = c.q.size(1), hkv = c.layout.kv_heads, d = 128;
     cuda::PagedAttentionRunner runner(DType::bf16, static_cast<int>(d), static_cast<int>(hq), static_cast<int>(hkv),
@@ -1172,17 +1172,17 @@ TEST(CudaAttention, GraphReplayFollowsTheUploadedPlan) {
   shape.max_query_tokens = 2;
   const std::int64_t hq = 8, d = 128, page = 64;
   const SharingTree trees[2] = {random_tree(shape, DType::bf16, rng), random_tree(shape, DType::bf16, rng)};
-  const attn::PlanOptions plan_options = cuda::plan_options_for_device(DType::bf16, d, AttentionMode::hydragen, true);
+  const plan::PlanOptions plan_options = cuda::plan_options_for_device(DType::bf16, d, AttentionMode::hydragen, true);
   cuda::PagedTreeImage images[2];
-  attn::AttentionPlan plans[2], split_plans[2];
-  attn::PlanOptions split_options = plan_options;
+  plan::AttentionPlan plans[2], split_plans[2];
+  plan::PlanOptions split_options = plan_options;
   split_options.suffix_min_split_tokens = 16;
-  split_options.suffix_tile_rows = attn::kSuffixTileRows;
+  split_options.suffix_tile_rows = plan::kSuffixTileRows;
   std::int64_t pool_elems = 8, rows = 1;
   for (int i = 0; i < 2; ++i) {
     images[i] = cuda::page_tree(trees[i], hq, DType::bf16, page, false);
-    plans[i] = attn::build_attention_plan(images[i].layout, plan_options);
-    split_plans[i] = attn::build_attention_plan(images[i].layout, split_options);
+    plans[i] = plan::build_attention_plan(images[i].layout, plan_options);
+    split_plans[i] = plan::build_attention_plan(images[i].layout, split_options);
     ASSERT_GT(cuda::SuffixItemSummary::of(split_plans[i]).split_rows, 0) << "tree " << i;
     pool_elems = std::max<std::int64_t>(pool_elems, images[i].k.size());
     rows = std::max(rows, trees[i].query_rows());
@@ -1205,7 +1205,7 @@ TEST(CudaAttention, GraphReplayFollowsTheUploadedPlan) {
     const bool async = config == 1 || config == 3;
     const ScopedEnv pdl_env("HYDRAGEN_PDL", config == 2 ? "1" : nullptr);
     const ScopedEnv merge_env("HYDRAGEN_MERGE_LAUNCH", config == 4 ? "1" : nullptr);
-    const attn::AttentionPlan* step_plans = config == 4 ? split_plans : plans;
+    const plan::AttentionPlan* step_plans = config == 4 ? split_plans : plans;
     cuda::PagedAttentionRunner runner(DType::bf16, d, hq, 1,
                                       cuda::PlanCapacity::of(step_plans[0]).max(cuda::PlanCapacity::of(step_plans[1])),
                                       plan_options.shared_tile_rows);

@@ -12,7 +12,7 @@
 
 #include "hydragen/error.h"
 #include "hydragen/tensor.h"
-#include "model/counter_rng.h"
+#include "core/counter_rng.h"
 #include "model/kv_cache.h"
 #include "model/llama.h"
 #include "model/llama_cuda.h"

@@ -15,7 +15,7 @@
 
 #include "hydragen/error.h"
 #include "hydragen/tensor.h"
-#include "model/counter_rng.h"
+#include "core/counter_rng.h"
 #include "sample/sampling.h"
 #include "sampling_test_util.h"
 #ifdef HYDRAGEN_WITH_CUDA

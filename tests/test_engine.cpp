@@ -306,17 +306,17 @@ class ForwardingRunner : public engine::ModelRunner {
   std::int64_t kv_bytes_per_token() const override { return inner_->kv_bytes_per_token(); }
   std::string device_name() const override { return inner_->device_name(); }
   std::int64_t max_step_rows() const override { return inner_->max_step_rows(); }
-  attn::PlanOptions plan_options(AttentionMode mode) const override { return inner_->plan_options(mode); }
+  plan::PlanOptions plan_options(AttentionMode mode) const override { return inner_->plan_options(mode); }
   void copy_slots(std::span<const std::int32_t> src, std::span<const std::int32_t> dst) override {
     inner_->copy_slots(src, dst);
   }
-  void prepare_plan(const attn::AttentionPlan& plan) override { inner_->prepare_plan(plan); }
-  engine::SampledTokens step(const StepRows& rows, const attn::AttentionPlan* plan,
+  void prepare_plan(const plan::AttentionPlan& plan) override { inner_->prepare_plan(plan); }
+  engine::SampledTokens step(const StepRows& rows, const plan::AttentionPlan* plan,
                              const engine::StepSampling* sampling, const std::function<void()>& while_running,
                              bool plan_prepared) override {
     return inner_->step(rows, plan, sampling, while_running, plan_prepared);
   }
-  void launch_decode(const StepRows& rows, const attn::AttentionPlan* plan, const engine::StepSampling& sampling,
+  void launch_decode(const StepRows& rows, const plan::AttentionPlan* plan, const engine::StepSampling& sampling,
                      bool tokens_from_last) override {
     inner_->launch_decode(rows, plan, sampling, tokens_from_last);
   }
@@ -333,8 +333,8 @@ class ForwardingRunner : public engine::ModelRunner {
 class PreparedPlanChecker final : public ForwardingRunner {
  public:
   using ForwardingRunner::ForwardingRunner;
-  void prepare_plan(const attn::AttentionPlan& plan) override { prepared_ = plan; }
-  engine::SampledTokens step(const StepRows& rows, const attn::AttentionPlan* plan,
+  void prepare_plan(const plan::AttentionPlan& plan) override { prepared_ = plan; }
+  engine::SampledTokens step(const StepRows& rows, const plan::AttentionPlan* plan,
                              const engine::StepSampling* sampling, const std::function<void()>& while_running,
                              bool plan_prepared) override {
     if (plan_prepared) {
@@ -360,7 +360,7 @@ class PreparedPlanChecker final : public ForwardingRunner {
   int steps = 0, prepared_steps = 0, fresh_decode_steps = 0;
 
  private:
-  std::optional<attn::AttentionPlan> prepared_;
+  std::optional<plan::AttentionPlan> prepared_;
 };
 
 TEST(Engine, StepsUseThePlanPreparedDuringTheLastStep) {
@@ -395,13 +395,13 @@ TEST(Engine, StepsUseThePlanPreparedDuringTheLastStep) {
 class OverlapChecker final : public ForwardingRunner {
  public:
   using ForwardingRunner::ForwardingRunner;
-  engine::SampledTokens step(const StepRows& rows, const attn::AttentionPlan* plan,
+  engine::SampledTokens step(const StepRows& rows, const plan::AttentionPlan* plan,
                              const engine::StepSampling* sampling, const std::function<void()>& while_running,
                              bool plan_prepared) override {
     EXPECT_EQ(in_flight, 0) << "step() with decode steps in flight";
     return inner_->step(rows, plan, sampling, while_running, plan_prepared);
   }
-  void launch_decode(const StepRows& rows, const attn::AttentionPlan* plan, const engine::StepSampling& sampling,
+  void launch_decode(const StepRows& rows, const plan::AttentionPlan* plan, const engine::StepSampling& sampling,
                      bool tokens_from_last) override {
     EXPECT_LT(in_flight, 2);
     if (tokens_from_last) {
@@ -482,20 +482,20 @@ TEST(Engine, OverlappedStepsGiveTheSameTokens) {
 class DecodeObserver : public ForwardingRunner {
  public:
   using ForwardingRunner::ForwardingRunner;
-  engine::SampledTokens step(const StepRows& rows, const attn::AttentionPlan* plan,
+  engine::SampledTokens step(const StepRows& rows, const plan::AttentionPlan* plan,
                              const engine::StepSampling* sampling, const std::function<void()>& while_running,
                              bool plan_prepared) override {
     if (sampling != nullptr) observe(rows, plan);
     return inner_->step(rows, plan, sampling, while_running, plan_prepared);
   }
-  void launch_decode(const StepRows& rows, const attn::AttentionPlan* plan, const engine::StepSampling& sampling,
+  void launch_decode(const StepRows& rows, const plan::AttentionPlan* plan, const engine::StepSampling& sampling,
                      bool tokens_from_last) override {
     observe(rows, plan);
     inner_->launch_decode(rows, plan, sampling, tokens_from_last);
   }
 
  protected:
-  virtual void observe(const StepRows& rows, const attn::AttentionPlan* plan) = 0;
+  virtual void observe(const StepRows& rows, const plan::AttentionPlan* plan) = 0;
 };
 
 // Overlapped steps run the same device work as step-by-step ones where the batch holds: a
@@ -507,7 +507,7 @@ class StepRecorder final : public DecodeObserver {
   std::vector<std::string> steps;  // positions, slots and the plan's arrays, as bytes
 
  private:
-  void observe(const StepRows& rows, const attn::AttentionPlan* plan) override {
+  void observe(const StepRows& rows, const plan::AttentionPlan* plan) override {
     std::string bytes;
     auto put = [&](const auto& v) {
       bytes.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(v[0]));
@@ -621,9 +621,9 @@ class PieceEndRecorder final : public DecodeObserver {
   std::set<std::int32_t> ends;
 
  private:
-  void observe(const StepRows&, const attn::AttentionPlan* plan) override {
+  void observe(const StepRows&, const plan::AttentionPlan* plan) override {
     if (plan != nullptr)
-      for (const attn::PlanPiece& piece : plan->pieces) ends.insert(piece.position + piece.tokens);
+      for (const plan::PlanPiece& piece : plan->pieces) ends.insert(piece.position + piece.tokens);
   }
 };
 

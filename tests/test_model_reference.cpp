@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "attn/paged_plan.h"
+#include "plan/paged_plan.h"
 #include "model/greedy.h"
 #include "model/llama.h"
 #include "model/llama_cuda.h"
@@ -105,7 +105,7 @@ TEST_P(ModelReference, NoneModeStepStillWritesEveryLayersKv) {
   const ModelConfig& config = ref.model.config();
   const StepRows rows = test::prompt_rows(ids(ref.record.at("prompts")[0]));
   const std::int64_t n = rows.size();
-  attn::PagedLayout layout;
+  plan::PagedLayout layout;
   layout.page_size = 16;
   layout.kv_heads = static_cast<int>(config.num_kv_heads), layout.q_heads = static_cast<int>(config.num_heads);
   layout.head_dim = static_cast<int>(config.head_dim);
@@ -113,7 +113,7 @@ TEST_P(ModelReference, NoneModeStepStillWritesEveryLayersKv) {
   std::vector<std::int32_t> page_ids;
   for (std::int32_t p = 0; p < (n + 15) / 16; ++p) page_ids.push_back(p);
   layout.sequences.push_back({kNoParent, n, page_ids, static_cast<int>(n)});
-  const attn::AttentionPlan plan = attn::build_attention_plan(layout);
+  const plan::AttentionPlan plan = plan::build_attention_plan(layout);
 
   PagedKv none = test::poisoned_pool(config, pages, 16), attended = test::poisoned_pool(config, pages, 16);
   const Tensor none_logits = ref.model.forward_paged(rows, nullptr, none, true);

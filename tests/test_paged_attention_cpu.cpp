@@ -23,7 +23,7 @@ namespace {
 constexpr double kTolerance = 1e-5;
 
 // Runs the plan into NaN-poisoned outputs; returns (o, lse).
-AttentionState run_plan(const attn::AttentionPlan& plan, const PagedCase& c, float scale = 0.f) {
+AttentionState run_plan(const plan::AttentionPlan& plan, const PagedCase& c, float scale = 0.f) {
   AttentionState out{Tensor::full(c.q.shape(), std::numeric_limits<double>::quiet_NaN(), DType::f32),
                      Tensor::full({c.q.size(0), c.q.size(1)}, std::numeric_limits<double>::quiet_NaN(), DType::f32)};
   cpu::run_attention_plan(plan, c.q, c.k_pool, c.v_pool, out.o, &out.lse, scale);
@@ -34,8 +34,8 @@ AttentionState run_plan(const attn::AttentionPlan& plan, const PagedCase& c, flo
 // with or without split-KV in both kernels' items.
 enum class Dispatch { stack_all, default_rule, fold_all };
 
-attn::PlanOptions plan_options(AttentionMode mode, Dispatch dispatch, bool split, int trial) {
-  attn::PlanOptions options;
+plan::PlanOptions plan_options(AttentionMode mode, Dispatch dispatch, bool split, int trial) {
+  plan::PlanOptions options;
   options.mode = mode;
   options.shared_tile_rows = trial % 2 ? 64 : 128;
   if (dispatch == Dispatch::stack_all)
@@ -74,15 +74,15 @@ TEST(PagedAttentionCpu, RandomForestsMatchFloat64Reference) {
     const auto dispatch = static_cast<Dispatch>(trial / 3 % 3);
     const bool split = trial % 6 < 3;
     if (split) shape.segment_lengths.push_back(1100);
-    attn::PlanOptions options = plan_options(mode, dispatch, split, trial);
+    plan::PlanOptions options = plan_options(mode, dispatch, split, trial);
     options.causal = trial % 9 != 8;
     options.suffix_tile_rows =  // (one-row items: e8; 0 = by rule)
-        std::vector<int>{attn::kSuffixTileRows, 1, 3, attn::kSuffixTileRowsByRule}[trial % 7 % 4];
+        std::vector<int>{plan::kSuffixTileRows, 1, 3, plan::kSuffixTileRowsByRule}[trial % 7 % 4];
     options.fold_at_rule_rows = trial % 2 == 1;  // (e9; by rule only)
     const float scale = trial % 7 == 6 ? 0.3f : 0.f;
 
     const PagedCase c = random_paged_case(shape, rng);
-    const attn::AttentionPlan plan = attn::build_attention_plan(c.layout, options);
+    const plan::AttentionPlan plan = plan::build_attention_plan(c.layout, options);
     TreeAttentionOptions ref_options;
     ref_options.causal = options.causal;
     if (scale > 0) ref_options.scale = scale;
@@ -130,10 +130,10 @@ TEST(PagedAttentionCpu, HeadSplitPlansMatchFloat64Reference) {
     shape.segment_lengths = {2048};
     shape.max_query_tokens = trial % 3 == 1 ? 3 : 1;
     const PagedCase c = random_paged_case(shape, rng);
-    attn::PlanOptions options;
+    plan::PlanOptions options;
     options.shared_tile_rows = 64, options.shared_slots = 264, options.suffix_slots = 1584;
     bool differ = false;
-    const attn::AttentionPlan plan = head_split_plan(c.layout, options, differ);
+    const plan::AttentionPlan plan = head_split_plan(c.layout, options, differ);
     const std::string what = concat("trial ", trial, " page ", shape.page_size, " Hkv ", shape.kv_heads, " G ",
                                     shape.groups, " T<=", shape.max_query_tokens);
     ASSERT_TRUE(differ) << what << ": the heads' splits should differ";
@@ -153,9 +153,9 @@ TEST(PagedAttentionCpu, EmptyContextsGiveZeroAndMinusInfinity) {
     shape.suffix_lengths = {0, 0, 5};
     shape.dense = mode == AttentionMode::dense;
     const PagedCase c = random_paged_case(shape, rng);
-    attn::PlanOptions options;
+    plan::PlanOptions options;
     options.mode = mode;
-    const AttentionState out = run_plan(attn::build_attention_plan(c.layout, options), c);
+    const AttentionState out = run_plan(plan::build_attention_plan(c.layout, options), c);
     const AttentionState ref = reference_tree_attention(c.tree, c.q);
     expect_state_near(out, ref, kTolerance, mode_name(mode));
     std::int64_t row = 0, empty_rows = 0;
@@ -189,7 +189,7 @@ TEST(PagedAttentionCpu, RejectsBadArgumentsNamingThem) {
   shape.kv_heads = 2, shape.groups = 2, shape.batch = 3;
   shape.suffix_lengths = {4};
   const PagedCase c = random_paged_case(shape, rng);
-  const attn::AttentionPlan plan = attn::build_attention_plan(c.layout);
+  const plan::AttentionPlan plan = plan::build_attention_plan(c.layout);
   Tensor out = Tensor::empty(c.q.shape(), DType::f32);
   Tensor lse = Tensor::empty({c.q.size(0), c.q.size(1)}, DType::f32);
   const Tensor q_bf16 = c.q.to(DType::bf16);
@@ -205,7 +205,7 @@ TEST(PagedAttentionCpu, RejectsBadArgumentsNamingThem) {
   Tensor bad_lse = Tensor::empty({c.q.size(0), 1}, DType::f32);
   expect_error([&] { cpu::run_attention_plan(plan, c.q, c.k_pool, c.v_pool, out, &bad_lse); }, "out_lse has shape");
   expect_error([&] { cpu::run_attention_plan(plan, c.q, c.k_pool, c.v_pool, out, &lse, -1.f); }, "scale");
-  attn::AttentionPlan bad = plan;
+  plan::AttentionPlan bad = plan;
   bad.pages[0] = static_cast<std::int32_t>(c.k_pool.size(0));
   expect_error([&] { cpu::run_attention_plan(bad, c.q, c.k_pool, c.v_pool, out); }, "plan.pages[0]");
   bad = plan;
@@ -213,7 +213,7 @@ TEST(PagedAttentionCpu, RejectsBadArgumentsNamingThem) {
   expect_error([&] { cpu::run_attention_plan(bad, c.q, c.k_pool, c.v_pool, out); }, "plan.groups[0]");
   // A piece's pool slot that is not its page list's (the suffix kernels would read other keys).
   const auto in_one_page =
-      std::find_if(plan.pieces.begin(), plan.pieces.end(), [](const attn::PlanPiece& pc) { return pc.slot >= 0; });
+      std::find_if(plan.pieces.begin(), plan.pieces.end(), [](const plan::PlanPiece& pc) { return pc.slot >= 0; });
   ASSERT_NE(in_one_page, plan.pieces.end());
   const auto at = in_one_page - plan.pieces.begin();
   bad = plan;
@@ -224,12 +224,12 @@ TEST(PagedAttentionCpu, RejectsBadArgumentsNamingThem) {
   PagedShape shared_shape;
   shared_shape.batch = 3, shared_shape.segment_lengths = {300}, shared_shape.suffix_lengths = {2};
   const PagedCase sc = random_paged_case(shared_shape, rng);
-  attn::PlanOptions stack_all;  // one unsplit shared item per kv head, whatever the tree drawn
+  plan::PlanOptions stack_all;  // one unsplit shared item per kv head, whatever the tree drawn
   stack_all.min_sharers_to_stack = 1, stack_all.min_segment_tokens_to_stack = 1;
   stack_all.fold_when_stacking_saves_little = false, stack_all.shared_slots = 1;
-  const attn::AttentionPlan shared_plan = attn::build_attention_plan(sc.layout, stack_all);
+  const plan::AttentionPlan shared_plan = plan::build_attention_plan(sc.layout, stack_all);
   const auto multi = std::find_if(shared_plan.shared_items.begin(), shared_plan.shared_items.end(),
-                                  [](const attn::PlanItem& it) { return it.piece_count >= 2; });
+                                  [](const plan::PlanItem& it) { return it.piece_count >= 2; });
   ASSERT_NE(multi, shared_plan.shared_items.end());
   Tensor shared_out = Tensor::empty(sc.q.shape(), DType::f32);
   cpu::run_attention_plan(shared_plan, sc.q, sc.k_pool, sc.v_pool, shared_out);  // as built: accepted
@@ -238,18 +238,18 @@ TEST(PagedAttentionCpu, RejectsBadArgumentsNamingThem) {
   expect_error([&] { cpu::run_attention_plan(bad, sc.q, sc.k_pool, sc.v_pool, shared_out); },
                concat("plan.shared_items[", multi - shared_plan.shared_items.begin(), "]'s piece 0"));
   bad = shared_plan;
-  attn::PlanPiece& shorter = bad.pieces[multi->piece_begin];
+  plan::PlanPiece& shorter = bad.pieces[multi->piece_begin];
   shorter.tokens -= 1;  // (its slot kept the page list's, so that only the new check can refuse it)
   shorter.slot = static_cast<std::int32_t>(
-      attn::piece_pool_slot(bad.pages, shared_shape.page_size, shorter.page_offset, shorter.token_begin, shorter.tokens));
+      plan::piece_pool_slot(bad.pages, shared_shape.page_size, shorter.page_offset, shorter.token_begin, shorter.tokens));
   expect_error([&] { cpu::run_attention_plan(bad, sc.q, sc.k_pool, sc.v_pool, shared_out); }, "is not a whole block");
   // The merge launch's rows (AttentionPlan::merge_rows): every row of every split group, once.
   PagedShape split_shape;
   split_shape.groups = 4, split_shape.batch = 3, split_shape.segment_lengths = {0}, split_shape.suffix_lengths = {700};
   const PagedCase xc = random_paged_case(split_shape, rng);
-  attn::PlanOptions split_suffixes;
+  plan::PlanOptions split_suffixes;
   split_suffixes.mode = AttentionMode::paged, split_suffixes.suffix_min_split_tokens = 128;
-  const attn::AttentionPlan split_plan = attn::build_attention_plan(xc.layout, split_suffixes);
+  const plan::AttentionPlan split_plan = plan::build_attention_plan(xc.layout, split_suffixes);
   ASSERT_GE(split_plan.merge_rows.size(), 2u);
   Tensor split_out = Tensor::empty(xc.q.shape(), DType::f32);
   cpu::run_attention_plan(split_plan, xc.q, xc.k_pool, xc.v_pool, split_out);  // as built: accepted

@@ -8,11 +8,11 @@
 #include <map>
 #include <random>
 
-#include "attn/paged_plan.h"
+#include "plan/paged_plan.h"
 #include "paged_test_util.h"
 #include "hydragen/error.h"
 
-namespace hydragen::attn {
+namespace hydragen::plan {
 namespace {
 
 // A random tree laid out in pages; page ids are just counted up. Segments start at a random
@@ -685,4 +685,4 @@ TEST(PagedPlan, RejectsBadLayouts) {
 }
 
 }  // namespace
-}  // namespace hydragen::attn
+}  // namespace hydragen::plan

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "hydragen/error.h"
-#include "model/counter_rng.h"
+#include "core/counter_rng.h"
 #include "sample/sampling.h"
 #include "sampling_test_util.h"
 

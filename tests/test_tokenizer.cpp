@@ -5,8 +5,8 @@
 
 #include <sstream>
 
-#include "model/tokenizer.h"
-#include "model/tokenizer_utf8.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
 #include "tokenizer_test_util.h"
 
 namespace hydragen {

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "hydragen/error.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "tokenizer_test_util.h"
 
 namespace hydragen {

@@ -2,8 +2,8 @@
 // U+FFFD per maximal invalid subpart) and streaming that holds back a split character.
 #include <gtest/gtest.h>
 
-#include "model/tokenizer.h"
-#include "model/tokenizer_utf8.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
 #include "tokenizer_test_util.h"
 
 namespace hydragen {

@@ -51,14 +51,14 @@ class NullRunner final : public engine::ModelRunner {
   std::int64_t kv_bytes_per_token() const override { return 1; }
   std::string device_name() const override { return "none (host work only)"; }
   std::int64_t max_step_rows() const override { return std::int64_t{1} << 30; }
-  attn::PlanOptions plan_options(AttentionMode mode) const override {
-    attn::PlanOptions o;
+  plan::PlanOptions plan_options(AttentionMode mode) const override {
+    plan::PlanOptions o;
     o.mode = mode;
     o.shared_slots = 264, o.shared_full_tile_slots = 132, o.suffix_slots = 1584;
     o.shared_split_past_one_wave = true;
     return o;
   }
-  engine::SampledTokens step(const StepRows& rows, const attn::AttentionPlan*,
+  engine::SampledTokens step(const StepRows& rows, const plan::AttentionPlan*,
                              const engine::StepSampling* sampling, const std::function<void()>& while_running,
                              bool /*plan_prepared*/) override {
     const auto start = Clock::now();

@@ -19,7 +19,7 @@
 #include "model/model_config.h"
 #include "model/presets.h"
 #include "model/safetensors.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "model/weights.h"
 #include "requests.h"
 #ifdef HYDRAGEN_WITH_CUDA

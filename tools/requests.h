@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace hydragen::cli {
 

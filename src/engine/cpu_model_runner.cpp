@@ -39,13 +39,13 @@ class CpuModelRunner final : public ModelRunner {
   std::int64_t kv_bytes_per_token() const override { return PagedKv::bytes_per_token(config(), DType::f32); }
   std::string device_name() const override { return "cpu"; }
   std::int64_t max_step_rows() const override { return std::int64_t{1} << 30; }
-  attn::PlanOptions plan_options(AttentionMode mode) const override {
-    attn::PlanOptions options;
+  plan::PlanOptions plan_options(AttentionMode mode) const override {
+    plan::PlanOptions options;
     options.mode = mode;
     return options;
   }
 
-  SampledTokens step(const StepRows& rows, const attn::AttentionPlan* plan, const StepSampling* sampling,
+  SampledTokens step(const StepRows& rows, const plan::AttentionPlan* plan, const StepSampling* sampling,
                      const std::function<void()>& while_running, bool /*plan_prepared*/) override {
     const Tensor logits = model_.forward_paged(rows, plan, kv_, sampling != nullptr);
     if (while_running) while_running();  // the host computes: nothing to overlap

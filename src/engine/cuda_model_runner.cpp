@@ -109,7 +109,7 @@ class CudaModelRunner final : public ModelRunner {
   }
   // Asked every step (by the engine and by upload): the first answer per mode is kept, as
   // working it out queries every kernel's occupancy.
-  attn::PlanOptions plan_options(AttentionMode mode) const override {
+  plan::PlanOptions plan_options(AttentionMode mode) const override {
     auto& cached = plan_options_[static_cast<std::size_t>(mode)];
     if (!cached) cached = cuda::plan_options_for_device(DType::bf16, static_cast<int>(config().head_dim), mode, true);
     return *cached;
@@ -118,7 +118,7 @@ class CudaModelRunner final : public ModelRunner {
   bool decodes_with_graphs() const override { return options_.cuda_graphs && graphs_ok_ && !graphs_.empty(); }
   std::int64_t max_step_rows() const override { return capacity_; }
 
-  SampledTokens step(const StepRows& rows, const attn::AttentionPlan* plan, const StepSampling* sampling,
+  SampledTokens step(const StepRows& rows, const plan::AttentionPlan* plan, const StepSampling* sampling,
                      const std::function<void()>& while_running, bool plan_prepared) override {
     HG_CHECK(in_flight_.empty(), "CudaModelRunner::step: ", in_flight_.size(), " decode steps launched and not collected");
     const int slot = launch(rows, plan, sampling, plan_prepared, false);
@@ -126,7 +126,7 @@ class CudaModelRunner final : public ModelRunner {
     return collect(slot, rows.size(), sampling != nullptr);
   }
 
-  void launch_decode(const StepRows& rows, const attn::AttentionPlan* plan, const StepSampling& sampling,
+  void launch_decode(const StepRows& rows, const plan::AttentionPlan* plan, const StepSampling& sampling,
                      bool tokens_from_last) override {
     HG_CHECK(in_flight_.size() < 2, "CudaModelRunner::launch_decode: two steps in flight already");
     const int slot = launch(rows, plan, &sampling, false, tokens_from_last);
@@ -142,7 +142,7 @@ class CudaModelRunner final : public ModelRunner {
 
   // The next step's plan packed into the attention runner's pinned staging while this step
   // runs; a plan past the runner's capacity waits for the step (upload grows the runner).
-  void prepare_plan(const attn::AttentionPlan& plan) override {
+  void prepare_plan(const plan::AttentionPlan& plan) override {
     if (attention_ && attention_capacity_.holds(cuda::PlanCapacity::of(plan))) attention_->prepare(plan);
   }
 
@@ -180,7 +180,7 @@ class CudaModelRunner final : public ModelRunner {
   // order. tokens_from_last: the input tokens are the ones the last step's sampling wrote into
   // the input block (sample_rows' tokens_copy; the host's copy of the block skips them), so no
   // copy stands between the two steps on the device.
-  int launch(const StepRows& rows, const attn::AttentionPlan* plan, const StepSampling* sampling, bool plan_prepared,
+  int launch(const StepRows& rows, const plan::AttentionPlan* plan, const StepSampling* sampling, bool plan_prepared,
              bool tokens_from_last) {
     check_step_rows(rows, config(), kv_, plan);
     const std::int64_t n = rows.size();
@@ -279,7 +279,7 @@ class CudaModelRunner final : public ModelRunner {
   // The plan packed for the attention runner's buffers (its upload_prepared copies it); a plan
   // past its capacity makes a larger runner (and drops the graphs that captured the old one's
   // buffers). A plan prepared and not used is replaced.
-  void prepare_upload(const attn::AttentionPlan& plan) {
+  void prepare_upload(const plan::AttentionPlan& plan) {
     const cuda::PlanCapacity need = cuda::PlanCapacity::of(plan);
     const int tile_rows = plan_options(AttentionMode::hydragen).shared_tile_rows;
     if (!attention_ || !attention_capacity_.holds(need)) {
@@ -385,7 +385,7 @@ class CudaModelRunner final : public ModelRunner {
   float* out_logprobs_ = nullptr;  // out_tokens_ + capacity_
   GraphMap graphs_;
   bool graphs_ok_ = true;
-  mutable std::array<std::optional<attn::PlanOptions>, 3> plan_options_;  // per AttentionMode
+  mutable std::array<std::optional<plan::PlanOptions>, 3> plan_options_;  // per AttentionMode
   double last_device_seconds_ = -1;
 };
 

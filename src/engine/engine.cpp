@@ -38,7 +38,7 @@ class LayoutBuilder {
     if (id == kv::kRoot || id < 0) return kNoParent;
     if (auto it = segment_of_.find(id); it != segment_of_.end()) return it->second;
     const kv::RadixNode& node = tree_.node(id);
-    attn::PagedLayout::SegmentPages seg;
+    plan::PagedLayout::SegmentPages seg;
     seg.parent = segment(node.parent);
     seg.tokens = static_cast<std::int64_t>(node.tokens.size());
     seg.pages = node.pages;
@@ -46,7 +46,7 @@ class LayoutBuilder {
     layout.segments.push_back(std::move(seg));
     return segment_of_[id] = static_cast<int>(layout.segments.size()) - 1;
   }
-  attn::PagedLayout layout;
+  plan::PagedLayout layout;
 
  private:
   const kv::RadixTree& tree_;
@@ -258,7 +258,7 @@ void Engine::prefill(const std::vector<kv::NodeId>& nodes) {
   std::unordered_map<kv::NodeId, std::int64_t> done;  // tokens of each node prefilled so far
   // Stack every segment, even one read by a single chunk: a prefill chunk has hundreds of
   // query rows, which the shared kernel's tiles serve far better than the decode path.
-  attn::PlanOptions prefill_options = runner_.plan_options(AttentionMode::hydragen);
+  plan::PlanOptions prefill_options = runner_.plan_options(AttentionMode::hydragen);
   prefill_options.min_sharers_to_stack = 1;
   prefill_options.min_segment_tokens_to_stack = 1;
   prefill_options.fold_when_stacking_saves_little = false;
@@ -284,13 +284,13 @@ void Engine::prefill(const std::vector<kv::NodeId>& nodes) {
         // segment of its own; a pseudo-sequence with an empty suffix holds the chunk's query
         // rows, causal by position. Every prefill segment is stacked (see below), so the
         // whole prefill runs on the shared-segment kernel's large row tiles.
-        attn::PagedLayout::SegmentPages self;
+        plan::PagedLayout::SegmentPages self;
         self.parent = parent;
         self.tokens = begin + len;
         self.first_slot = node.first_slot;
         self.pages.assign(node.pages.begin(), node.pages.begin() + ceil_div(node.first_slot + begin + len, ps));
         builder.layout.segments.push_back(std::move(self));
-        attn::PagedLayout::SequencePages seq;
+        plan::PagedLayout::SequencePages seq;
         seq.parent = static_cast<int>(builder.layout.segments.size()) - 1;
         seq.query_tokens = static_cast<int>(len);
         builder.layout.sequences.push_back(std::move(seq));
@@ -301,9 +301,9 @@ void Engine::prefill(const std::vector<kv::NodeId>& nodes) {
         }
         if ((done[id] = begin + len) == static_cast<std::int64_t>(node.tokens.size())) finished.push_back(id);
       }
-      std::optional<attn::AttentionPlan> plan;
+      std::optional<plan::AttentionPlan> plan;
       if (options_.attention != AttentionChoice::none)
-        plan = attn::build_attention_plan(builder.layout, prefill_options);
+        plan = plan::build_attention_plan(builder.layout, prefill_options);
       runner_.step(rows, plan ? &*plan : nullptr, nullptr, {}, false);
       stats_.prefill_tokens += rows.size();
       for (kv::NodeId id : finished) {
@@ -315,11 +315,11 @@ void Engine::prefill(const std::vector<kv::NodeId>& nodes) {
   }
 }
 
-attn::PagedLayout Engine::decode_layout(int ahead) const {
+plan::PagedLayout Engine::decode_layout(int ahead) const {
   const int ps = pool_.page_size();
   LayoutBuilder builder(*tree_, runner_.config(), ps);
   for (const auto& seq : running_) {
-    attn::PagedLayout::SequencePages pages;
+    plan::PagedLayout::SequencePages pages;
     pages.parent = builder.segment(seq->leaf);
     pages.suffix_tokens = seq->own_tokens + 1 + ahead;
     pages.pages.assign(seq->pages.begin(), seq->pages.begin() + ceil_div(pages.suffix_tokens, ps));
@@ -363,12 +363,12 @@ bool Engine::decode_step() {
 bool Engine::decode_step_in_place() {
   if (running_.empty()) return false;
   const auto start = Clock::now();
-  const attn::PagedLayout layout = decode_layout();
+  const plan::PagedLayout layout = decode_layout();
   StepRows rows;
   StepSampling sampling;
   decode_inputs(layout, 0, rows, sampling);
 
-  std::optional<attn::AttentionPlan> plan;
+  std::optional<plan::AttentionPlan> plan;
   bool plan_prepared = false;  // handed to the runner's prepare_plan during the last step
   std::function<void()> plan_next;
   if (options_.attention != AttentionChoice::none) {
@@ -381,13 +381,13 @@ bool Engine::decode_step_in_place() {
       stats_.plans_built_ahead += 1;
     } else {
       stats_.plans_ahead_discarded += plan_ahead_ ? 1 : 0;
-      plan = attn::build_attention_plan(layout, runner_.plan_options(mode));
+      plan = plan::build_attention_plan(layout, runner_.plan_options(mode));
     }
     plan_ahead_.reset();
     if (options_.plan_ahead && all_continue_after_this_step()) {
       plan_next = [this, mode] {
-        attn::PagedLayout next = decode_layout(1);
-        attn::AttentionPlan next_plan = attn::build_attention_plan(next, runner_.plan_options(mode));
+        plan::PagedLayout next = decode_layout(1);
+        plan::AttentionPlan next_plan = plan::build_attention_plan(next, runner_.plan_options(mode));
         runner_.prepare_plan(next_plan);
         plan_ahead_ = PlanAhead{std::move(next), std::move(next_plan)};
       };
@@ -432,10 +432,10 @@ bool Engine::next_step_can_follow() const {
          all_continue_after_this_step();
 }
 
-void Engine::decode_inputs(const attn::PagedLayout& layout, int ahead, StepRows& rows, StepSampling& sampling) {
+void Engine::decode_inputs(const plan::PagedLayout& layout, int ahead, StepRows& rows, StepSampling& sampling) {
   const int ps = pool_.page_size();
   std::int64_t stored = 0, per_sequence = 0;
-  for (const attn::PagedLayout::SegmentPages& seg : layout.segments) stored += seg.tokens;
+  for (const plan::PagedLayout::SegmentPages& seg : layout.segments) stored += seg.tokens;
   for (const auto& seq : running_) {
     rows.tokens.push_back(seq->next_token);  // (ahead 1: the runner takes the token from the step in flight)
     rows.positions.push_back(static_cast<std::int32_t>(seq->context() + ahead));
@@ -449,16 +449,16 @@ void Engine::decode_inputs(const attn::PagedLayout& layout, int ahead, StepRows&
 }
 
 void Engine::launch_decode(int ahead) {
-  const attn::PagedLayout layout = decode_layout(ahead);
+  const plan::PagedLayout layout = decode_layout(ahead);
   StepRows rows;
   StepSampling sampling;
   decode_inputs(layout, ahead, rows, sampling);
   InFlight flight{{}, batch_};
   for (const auto& seq : running_) flight.rows.push_back(seq.get());
-  std::optional<attn::AttentionPlan> plan;
+  std::optional<plan::AttentionPlan> plan;
   if (options_.attention != AttentionChoice::none) {
     const AttentionMode mode = mode_of(options_.attention);
-    plan = attn::build_attention_plan(layout, runner_.plan_options(mode));
+    plan = plan::build_attention_plan(layout, runner_.plan_options(mode));
   }
   runner_.launch_decode(rows, plan ? &*plan : nullptr, sampling, ahead > 0);
   for (Sequence* seq : flight.rows) seq->in_flight += 1;

@@ -1,7 +1,7 @@
 // Engine: requests in, completions out. Prompts go into a radix tree over token ids (kv/),
 // so any shared prefix structure becomes shared segments on its own; each segment is
 // prefilled once, then every running sequence emits one token per decode step, attention
-// reading the tree through the plan (attn/). See src/engine/README.md for who owns what.
+// reading the tree through the plan (plan/). See src/engine/README.md for who owns what.
 #pragma once
 
 #include <cstdint>
@@ -130,7 +130,7 @@ class Engine {
   bool finished(const Sequence& seq) const;
   bool hit_stop_string(const Sequence& seq) const;
   // The running sequences' layout `ahead` decode steps from now, if none leaves or joins.
-  attn::PagedLayout decode_layout(int ahead = 0) const;
+  plan::PagedLayout decode_layout(int ahead = 0) const;
   // Whether every running sequence takes part in the next decode step as well (none finishes
   // by length in this one, each has pages for it): only then is a plan built ahead, or
   // (overlap_steps) the next step launched before this one is collected.
@@ -140,7 +140,7 @@ class Engine {
   // The rows and sampling of a decode step of every running sequence, each `ahead` steps past
   // the tokens it holds (`layout`: decode_layout(ahead)); records the step's stored and
   // per-sequence tokens.
-  void decode_inputs(const attn::PagedLayout& layout, int ahead, StepRows& rows, StepSampling& sampling);
+  void decode_inputs(const plan::PagedLayout& layout, int ahead, StepRows& rows, StepSampling& sampling);
   // overlap_steps: launch a decode step of every running sequence, each `ahead` steps past
   // the tokens it has (0, or 1 with the step before still in flight: its tokens come from it).
   void launch_decode(int ahead);
@@ -163,8 +163,8 @@ class Engine {
   EngineStats stats_;
   // The next decode step's plan and the layout it was built for (EngineOptions::plan_ahead).
   struct PlanAhead {
-    attn::PagedLayout layout;
-    attn::AttentionPlan plan;  // handed to the runner's prepare_plan when built
+    plan::PagedLayout layout;
+    plan::AttentionPlan plan;  // handed to the runner's prepare_plan when built
   };
   std::optional<PlanAhead> plan_ahead_;
   // overlap_steps: the steps launched and not yet collected, oldest first, with their rows'

@@ -42,7 +42,7 @@ std::int64_t kv_pool_pages(const RunnerOptions& options, std::int64_t bytes_per_
   return std::min(pages, max_pages);
 }
 
-void ModelRunner::launch_decode(const StepRows& rows, const attn::AttentionPlan* plan, const StepSampling& sampling,
+void ModelRunner::launch_decode(const StepRows& rows, const plan::AttentionPlan* plan, const StepSampling& sampling,
                                 bool tokens_from_last) {
   HG_CHECK(launched_.size() < 2, "ModelRunner::launch_decode: two steps in flight already");
   const StepRows* input = &rows;

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "attn/paged_plan.h"
+#include "plan/paged_plan.h"
 #include "model/model_config.h"
 #include "model/paged_kv.h"
 #include "model/weights.h"
@@ -61,18 +61,18 @@ class ModelRunner {
   // Most rows one step may hold (prefill chunks are cut to it).
   virtual std::int64_t max_step_rows() const = 0;
   // Plan options the device's kernels want (split-KV slots, tile rows).
-  virtual attn::PlanOptions plan_options(AttentionMode mode) const = 0;
+  virtual plan::PlanOptions plan_options(AttentionMode mode) const = 0;
   // Runs one step. plan == nullptr: attention skipped (`none`). With `sampling` (one entry
   // per row) returns one sampled token per row; without, only writes K/V (prefill).
   // while_running (may be empty): host work done while the device runs the step (the engine
   // builds the next step's plan there); a runner that computes on the host calls it after.
   // plan_prepared: `plan` is the one last handed to prepare_plan, with no step in between.
-  virtual SampledTokens step(const StepRows& rows, const attn::AttentionPlan* plan, const StepSampling* sampling,
+  virtual SampledTokens step(const StepRows& rows, const plan::AttentionPlan* plan, const StepSampling* sampling,
                              const std::function<void()>& while_running, bool plan_prepared) = 0;
   // From a step's while_running: the plan the next step gets if nobody finishes or joins. A
   // runner may do that plan's host-side upload work now (the CUDA runner packs it into pinned
   // staging); the next step says with plan_prepared whether its plan is this one.
-  virtual void prepare_plan(const attn::AttentionPlan& plan) { (void)plan; }
+  virtual void prepare_plan(const plan::AttentionPlan& plan) { (void)plan; }
   // Overlapped decode (EngineOptions::overlap_steps). launch_decode enqueues a decode step
   // and may return before it has run; collect_decode waits for the oldest step launched and
   // not yet collected and returns its tokens. With tokens_from_last, row r's input token is
@@ -81,7 +81,7 @@ class ModelRunner {
   // the host. At most two steps are launched and not collected, and step() is called only
   // when none is. The default runs step() at once and keeps its tokens (a runner that
   // computes on the host).
-  virtual void launch_decode(const StepRows& rows, const attn::AttentionPlan* plan, const StepSampling& sampling,
+  virtual void launch_decode(const StepRows& rows, const plan::AttentionPlan* plan, const StepSampling& sampling,
                              bool tokens_from_last);
   virtual SampledTokens collect_decode();
   // K/V of slot src[i] copied to slot dst[i] in every layer (the dense mode's own copies).

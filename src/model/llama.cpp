@@ -125,7 +125,7 @@ Tensor Llama::forward(const ForwardBatch& batch, const ForwardOptions& options) 
   return linear(rms_norm(x, weights_.final_norm, static_cast<float>(config_.rms_norm_eps)), weights_.lm_head);
 }
 
-Tensor Llama::forward_paged(const StepRows& rows, const attn::AttentionPlan* plan, PagedKv& kv, bool logits) const {
+Tensor Llama::forward_paged(const StepRows& rows, const plan::AttentionPlan* plan, PagedKv& kv, bool logits) const {
   check_step_rows(rows, config_, kv, plan);
   HG_CHECK(kv.layers() == config_.num_layers && kv.k[0].dtype() == DType::f32 && kv.k[0].device() == Device::cpu,
            "Llama::forward_paged: the pool must be f32 on the CPU with ", config_.num_layers, " layers");

@@ -9,7 +9,7 @@
 #include <span>
 #include <vector>
 
-#include "attn/paged_plan.h"
+#include "plan/paged_plan.h"
 #include "hydragen/attention.h"
 #include "hydragen/tensor.h"
 #include "model/kv_cache.h"
@@ -52,7 +52,7 @@ class Llama {
   // then attention reads the pool through `plan` (nullptr: attention skipped and o = q, the
   // `none` mode). kv must be f32 on the CPU. Returns logits f32 [rows, vocab] when `logits`,
   // else an undefined tensor.
-  Tensor forward_paged(const StepRows& rows, const attn::AttentionPlan* plan, PagedKv& kv, bool logits) const;
+  Tensor forward_paged(const StepRows& rows, const plan::AttentionPlan* plan, PagedKv& kv, bool logits) const;
 
   // Logits [tokens, vocab] of a single prompt, every position.
   Tensor logits(std::span<const std::int32_t> tokens, AttentionMode mode = AttentionMode::hydragen) const;

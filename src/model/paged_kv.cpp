@@ -36,7 +36,7 @@ Tensor PagedKv::v_slots(std::int64_t layer) const {
 }
 
 void check_step_rows(const StepRows& rows, const ModelConfig& config, const PagedKv& kv,
-                     const attn::AttentionPlan* plan) {
+                     const plan::AttentionPlan* plan) {
   HG_CHECK(!rows.tokens.empty(), "step: no rows");
   HG_CHECK(rows.positions.size() == rows.tokens.size() && rows.slots.size() == rows.tokens.size(),
            "step: tokens, positions and slots must have one entry per row, got ", rows.tokens.size(), ", ",

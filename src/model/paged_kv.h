@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "attn/paged_plan.h"
+#include "plan/paged_plan.h"
 #include "hydragen/tensor.h"
 #include "model/model_config.h"
 
@@ -41,6 +41,6 @@ struct PagedKv {
 // tokens in the vocabulary, slots inside the pool (or -1: a padding row whose K/V is not
 // kept), one plan query row per step row.
 void check_step_rows(const StepRows& rows, const ModelConfig& config, const PagedKv& kv,
-                     const attn::AttentionPlan* plan);
+                     const plan::AttentionPlan* plan);
 
 }  // namespace hydragen

@@ -5,7 +5,7 @@
 
 #include "core/thread_pool.h"
 #include "hydragen/error.h"
-#include "model/counter_rng.h"
+#include "core/counter_rng.h"
 #include "model/safetensors.h"
 
 #ifdef HYDRAGEN_WITH_CUDA

@@ -27,7 +27,7 @@
 #include <type_traits>
 
 #include "hydragen/tensor.h"
-#include "model/counter_rng.h"
+#include "core/counter_rng.h"
 
 namespace hydragen::sample {
 

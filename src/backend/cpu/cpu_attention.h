@@ -1,8 +1,8 @@
-// The CPU backend's attention entry points. src/attn/ validates the inputs, builds the plan
+// The CPU backend's attention entry points. src/attention/ validates the inputs, builds the plan
 // and dispatches here; nothing here re-checks shapes.
 #pragma once
 
-#include "attn/tree_plan.h"
+#include "attention/tree_plan.h"
 #include "hydragen/attention.h"
 
 namespace hydragen::cpu {

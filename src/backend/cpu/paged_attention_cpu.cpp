@@ -25,10 +25,10 @@
 namespace hydragen::cpu {
 namespace {
 
-using attn::AttentionPlan;
-using attn::PlanItem;
-using attn::PlanPiece;
-using attn::PlanRow;
+using plan::AttentionPlan;
+using plan::PlanItem;
+using plan::PlanPiece;
+using plan::PlanRow;
 
 std::string describe(const Tensor& t) {
   if (!t.defined()) return "nothing";
@@ -57,14 +57,14 @@ void check_plan(const AttentionPlan& plan, const Dims& d, std::vector<std::int32
              plan.pages[i], ", k_pool has ", d.pool_pages, " pages");
   for (std::size_t i = 0; i < plan.pieces.size(); ++i) {
     const PlanPiece& pc = plan.pieces[i];
-    HG_CHECK(pc.tokens >= 1 && pc.tokens <= attn::kBlockTokens && pc.token_begin >= 0 && pc.page_offset >= 0 &&
+    HG_CHECK(pc.tokens >= 1 && pc.tokens <= plan::kBlockTokens && pc.token_begin >= 0 && pc.page_offset >= 0 &&
                  pc.page_offset + (std::int64_t{pc.token_begin} + pc.tokens - 1) / d.page_size < pages,
              "run_attention_plan: plan.pieces[", i, "] (page_offset ", pc.page_offset, ", token_begin ",
              pc.token_begin, ", tokens ", pc.tokens, ") leaves plan.pages (", pages, " ids of ", d.page_size,
              "-token pages)");
     // The slot the suffix kernels read keys from: the page list's, where the piece is in one page.
     const std::int64_t slot =
-        attn::piece_pool_slot(plan.pages, static_cast<int>(d.page_size), pc.page_offset, pc.token_begin, pc.tokens);
+        plan::piece_pool_slot(plan.pages, static_cast<int>(d.page_size), pc.page_offset, pc.token_begin, pc.tokens);
     HG_CHECK(pc.slot == slot, "run_attention_plan: plan.pieces[", i, "] has slot ", pc.slot, ", its page list gives ",
              slot, slot < 0 ? " (the piece spans pages)" : "");
   }
@@ -105,7 +105,7 @@ void check_plan(const AttentionPlan& plan, const Dims& d, std::vector<std::int32
     for (int k = 0; k + 1 < it.piece_count; ++k) {
       const PlanPiece& a = plan.pieces[it.piece_begin + k];
       const PlanPiece& b = plan.pieces[it.piece_begin + k + 1];
-      HG_CHECK(a.tokens == attn::kBlockTokens && b.position == a.position + a.tokens,
+      HG_CHECK(a.tokens == plan::kBlockTokens && b.position == a.position + a.tokens,
                "run_attention_plan: plan.shared_items[", i, "]'s piece ", k, " (", a.tokens, " keys at position ",
                a.position, ") is not a whole block followed by the next position (", b.position, ")");
     }
@@ -124,7 +124,7 @@ void check_plan(const AttentionPlan& plan, const Dims& d, std::vector<std::int32
     ++count[it.group];
   }
   for (std::size_t g = 0; g < plan.groups.size(); ++g) {
-    const attn::PlanMergeGroup& group = plan.groups[g];
+    const plan::PlanMergeGroup& group = plan.groups[g];
     HG_CHECK(group.items >= 1 && count[g] == group.items && group.columns >= 1, "run_attention_plan: plan.groups[",
              g, "] says ", group.items, " items and ", group.columns, " columns, the plan has ", count[g],
              " suffix items in it");
@@ -137,7 +137,7 @@ void check_plan(const AttentionPlan& plan, const Dims& d, std::vector<std::int32
   // item, and nothing else.
   std::vector<std::int32_t> merged(plan.groups.size(), 0);
   for (std::size_t i = 0; i < plan.merge_rows.size(); ++i) {
-    const attn::PlanMergeRow& mr = plan.merge_rows[i];
+    const plan::PlanMergeRow& mr = plan.merge_rows[i];
     const bool item_ok = mr.item >= 0 && mr.item < static_cast<std::int64_t>(plan.suffix_items.size());
     const int g = item_ok ? plan.suffix_items[mr.item].group : -1;
     HG_CHECK(item_ok && group_item[g] == mr.item && plan.groups[g].items > 1 && mr.row == merged[g] &&

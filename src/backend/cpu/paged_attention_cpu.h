@@ -1,9 +1,9 @@
-// The CPU twin of cuda::PagedAttentionRunner: executes an attention plan (src/attn/paged_plan.h)
+// The CPU twin of cuda::PagedAttentionRunner: executes an attention plan (src/plan/paged_plan.h)
 // over an f32 page pool, item by item as the kernels do, so the engine's CPU runner and the
 // GPU share one plan, and a test can hold one against the other on the same plan.
 #pragma once
 
-#include "attn/paged_plan.h"
+#include "plan/paged_plan.h"
 #include "hydragen/tensor.h"
 
 namespace hydragen::cpu {
@@ -15,7 +15,7 @@ namespace hydragen::cpu {
 // Rows that attend no key get o = 0, lse = -inf. Items run on ThreadPool::global(), so this
 // must not be called from inside one of its parallel_for bodies. Throws hydragen::Error naming
 // the argument on a bad shape, and on a plan whose indices leave the tensors.
-void run_attention_plan(const attn::AttentionPlan& plan, const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
+void run_attention_plan(const plan::AttentionPlan& plan, const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                         Tensor& out, Tensor* out_lse = nullptr, float scale = 0.f);
 
 }  // namespace hydragen::cpu

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "attn/paged_plan.h"
+#include "plan/paged_plan.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/paged_attention_runner.h"
 
@@ -63,7 +63,7 @@ int device_count() {
 PagedTreeImage page_tree(const SharingTree& tree, std::int64_t q_heads, DType dtype, int page_size, bool dense_copy) {
   const std::int64_t hkv = tree.kv_heads(), d = tree.head_dim();
   PoolImage pool{hkv * d, page_size, dtype, {}, {}};
-  attn::PagedLayout layout;
+  plan::PagedLayout layout;
   layout.page_size = page_size, layout.kv_heads = static_cast<int>(hkv), layout.q_heads = static_cast<int>(q_heads);
   layout.head_dim = static_cast<int>(d);
   if (!dense_copy)
@@ -102,10 +102,10 @@ AttentionState tree_attention(const SharingTree& tree, const Tensor& q, const Tr
   if (rows == 0) return AttentionState::empty(0, hq, d);
 
   PagedTreeImage image = page_tree(tree, hq, q.dtype(), page_size, options.mode == AttentionMode::dense);
-  const attn::PagedLayout& layout = image.layout;
-  const attn::PlanOptions plan_options =
+  const plan::PagedLayout& layout = image.layout;
+  const plan::PlanOptions plan_options =
       plan_options_for_device(q.dtype(), static_cast<int>(d), options.mode, options.causal);
-  const attn::AttentionPlan plan = attn::build_attention_plan(layout, plan_options);
+  const plan::AttentionPlan plan = plan::build_attention_plan(layout, plan_options);
 
   const std::int64_t pool_elems = std::max<std::int64_t>(image.k.size(), 8);
   Tensor k_pool = Tensor::empty({pool_elems}, q.dtype(), Device::cuda);

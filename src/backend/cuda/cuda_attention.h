@@ -1,12 +1,12 @@
 // Tree attention on a CUDA device: the sharing tree's K/V are copied into a page pool, the
-// host builds the plan (src/attn/paged_plan.h), two kernels run it. Host-only header (no
-// CUDA types): src/attn/tree_attention.cpp calls it when q lives on a CUDA device.
+// host builds the plan (src/plan/paged_plan.h), two kernels run it. Host-only header (no
+// CUDA types): src/attention/tree_attention.cpp calls it when q lives on a CUDA device.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "attn/paged_plan.h"
+#include "plan/paged_plan.h"
 #include "hydragen/attention.h"
 
 namespace hydragen::cuda {
@@ -26,7 +26,7 @@ AttentionState tree_attention(const SharingTree& tree, const Tensor& q, const Tr
 // Hkv, d] of `dtype`, 16-bit elements) and the layout that indexes them. dense_copy gives
 // every sequence its own contiguous copy of its context (the dense baseline).
 struct PagedTreeImage {
-  attn::PagedLayout layout;
+  plan::PagedLayout layout;
   std::vector<std::uint16_t> k, v;
 };
 PagedTreeImage page_tree(const SharingTree& tree, std::int64_t q_heads, DType dtype, int page_size, bool dense_copy);

@@ -16,7 +16,7 @@
 #include <memory>
 #include <vector>
 
-#include "attn/paged_plan.h"
+#include "plan/paged_plan.h"
 #include "backend/cuda/bench_timing.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/paged_attention_runner.h"
@@ -136,7 +136,7 @@ AttentionBenchTiming bench_attention(const AttentionBenchCase& bc) {
   const std::int64_t token_bytes = std::int64_t{bc.kv_heads} * bc.head_dim * 2;
 
   // Layout: root prefix -> (groups level-2 nodes) -> sequences; dense: one copy each.
-  attn::PagedLayout layout;
+  plan::PagedLayout layout;
   layout.page_size = bc.page_size, layout.kv_heads = bc.kv_heads, layout.q_heads = bc.heads;
   layout.head_dim = bc.head_dim;
   std::int32_t next_page = 0;
@@ -170,8 +170,8 @@ AttentionBenchTiming bench_attention(const AttentionBenchCase& bc) {
     timing.skip_reason = concat("out of memory: ", bc.mode, " needs ", 2 * pool_bytes / 1000000000, " GB of K/V");
     return timing;
   }
-  const attn::PlanOptions options = plan_options_for_device(bc.dtype, bc.head_dim, mode, true);
-  const attn::AttentionPlan plan = attn::build_attention_plan(layout, options);
+  const plan::PlanOptions options = plan_options_for_device(bc.dtype, bc.head_dim, mode, true);
+  const plan::AttentionPlan plan = plan::build_attention_plan(layout, options);
 
   const std::int64_t rows = std::int64_t{bc.batch} * bc.query_tokens;
   const std::int64_t q_elems = rows * bc.heads * bc.head_dim;

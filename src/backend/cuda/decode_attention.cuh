@@ -28,7 +28,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "attn/paged_plan.h"
+#include "plan/paged_plan.h"
 #include "backend/cuda/attention_state.cuh"
 #include "backend/cuda/decode_merge.cuh"
 #include "backend/cuda/mma.cuh"
@@ -156,21 +156,21 @@ __device__ __forceinline__ float softmax_step(float s, float& m, float& l, float
 // One item of <= R rows (R: 1, 2, 4 or 8; the kernel picks the smallest that holds it, so an
 // MHA decode row does 1/8 of the arithmetic of a GQA group of 8).
 template <class T, int D, int R>
-__device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const attn::PlanItem& it, float* sq,
+__device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const plan::PlanItem& it, float* sq,
                                             float* sp, T* sk, T* sv, int lane) {
   using Shape = DecodeShape<T, D>;
   constexpr int DL = Shape::kDims;
   const int group_size = p.q_heads / p.kv_heads;
   const int rows = it.row_count;
   // Row r's fields live in lane r; broadcast by shuffles.
-  attn::PlanRow my_row{0, 0, 0, 0, 0};
+  plan::PlanRow my_row{0, 0, 0, 0, 0};
   if (lane < rows) my_row = p.rows[it.row_begin + lane];
   const T* kp = static_cast<const T*>(p.k_pool);
   const T* vp = static_cast<const T*>(p.v_pool);
 
   // Pool token slot of this lane's key of the chunk at `first` in piece pc, 0 past the
   // piece's keys. Shuffled as 32 bits (the V copies below).
-  auto key_slot = [&](const attn::PlanPiece& pc, int first) {
+  auto key_slot = [&](const plan::PlanPiece& pc, int first) {
     return lane < pc.tokens - first ? piece_key_slot(p, pc, first + lane) : 0;
   };
   auto slot_offset = [&](int slot) { return (std::int64_t{slot} * p.kv_heads + it.kv_head) * D; };
@@ -184,7 +184,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   // through the loop made the wide kernel spill more; those wait after their keys.)
   int pre_col = -1;
   float pre_lse = -INFINITY, pre_o[Shape::kDims] = {};
-  attn::PlanMergeGroup grp{0, 0};
+  plan::PlanMergeGroup grp{0, 0};
   if constexpr (R != 2) grp = p.groups[it.group];  // (plan data: no wait)
   // Row 0's partial-state entry in `column` (its fields are lane 0's my_row).
   auto row0_entry = [&](int column) {
@@ -294,7 +294,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   // K and V of a chunk went out together and were waited on together, the warp idle for every
   // chunk's round trip). The chunk after next's piece is read while this one computes.
   struct Chunk {
-    attn::PlanPiece piece;
+    plan::PlanPiece piece;
     int index;  // piece index in p.pieces
     int first;  // 0 or kChunk: the half
     int slot;   // this lane's key's token slot in the pools (0 past the chunk's keys)
@@ -656,7 +656,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
     return;
   for (int id = lane; id < rows * (D / 4); id += 32) {
     const int r = id / (D / 4), c = (id % (D / 4)) * 4;
-    const attn::PlanRow row = p.rows[it.row_begin + r];
+    const plan::PlanRow row = p.rows[it.row_begin + r];
     const int head = it.kv_head * group_size + row.group;
     float4 o;
     const float merged = merge_states_chunk(p.states, D, row.state_base + head, row.state_stride, grp.columns, c, &o);
@@ -692,7 +692,7 @@ __global__ void __launch_bounds__(DecodeShape<T, D>::kThreads, MinBlocks) decode
   // The merge launch's blocks may then wait on the SMs this grid frees.
   if (p.merge_launch) allow_dependent_launch();
   const int item_index = blockIdx.x * Shape::kWarps + warp;
-  attn::PlanItem it;
+  plan::PlanItem it;
   if (!load_suffix_item(p, item_index, it)) return;  // (plan data: written before the shared launch)
   if constexpr (Rows != 0) {  // the runner's choice guarantees row_count <= Rows here
     decode_item<T, D, Rows>(p, it, sq, sp, sk, sv, lane);

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "attn/paged_plan.h"
+#include "plan/paged_plan.h"
 #include "backend/cuda/attention_state.cuh"
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/paged_attention.cuh"
@@ -100,8 +100,8 @@ __device__ __forceinline__ void merge_row_in_registers(const PagedAttentionParam
 // as merge_states_chunk does (weights exp(lse - max), their sum, the weighted o) and writes its
 // output. One round trip after the keys where the ticket path took four.
 template <class T, int D, int R>
-__device__ __forceinline__ void merge_rows_in_line(const PagedAttentionParams& p, const attn::PlanItem& it, int rows,
-                                                   int n, const attn::PlanRow& my_row, const float (&own_o)[R][D / 32],
+__device__ __forceinline__ void merge_rows_in_line(const PagedAttentionParams& p, const plan::PlanItem& it, int rows,
+                                                   int n, const plan::PlanRow& my_row, const float (&own_o)[R][D / 32],
                                                    const float (&own_lse)[R], float lane_lse, float* stage, int lane) {
   constexpr int DL = D / 32;
   constexpr int kOther = kInLinePairs / R;  // other columns per row held at once
@@ -163,8 +163,8 @@ __device__ __forceinline__ void merge_rows_in_line(const PagedAttentionParams& p
 // warp's K/V staging area (free after the key loop); returns false, having done nothing, when
 // the weights do not fit it (the caller merges with merge_states_chunk).
 template <class T, int D>
-__device__ __forceinline__ bool merge_rows_in_warp(const PagedAttentionParams& p, const attn::PlanItem& it, int rows,
-                                                   int n, const attn::PlanRow& my_row, float* scratch,
+__device__ __forceinline__ bool merge_rows_in_warp(const PagedAttentionParams& p, const plan::PlanItem& it, int rows,
+                                                   int n, const plan::PlanRow& my_row, float* scratch,
                                                    int scratch_floats, int lane) {
   constexpr int kHeader = 56;  // base [8] int64, qi [8] int64, stride [8], lse [8], inv [8]
   if (kHeader + rows * n > scratch_floats) return false;  // warp-uniform
@@ -281,9 +281,9 @@ __global__ void __launch_bounds__(32 * kSplitMergeWarps, kSplitMergeBlocksPerSm)
   const int group_size = p.q_heads / p.kv_heads;
   bool waited = false;
   for (int u = blockIdx.x * kSplitMergeWarps + threadIdx.x / 32; u < count; u += warps) {
-    const attn::PlanMergeRow mr = p.merge_rows[u];
-    const attn::PlanItem it = p.items[mr.item];
-    const attn::PlanRow row = p.rows[it.row_begin + mr.row];
+    const plan::PlanMergeRow mr = p.merge_rows[u];
+    const plan::PlanItem it = p.items[mr.item];
+    const plan::PlanRow row = p.rows[it.row_begin + mr.row];
     const int n = p.groups[it.group].columns;
     if (!waited) wait_for_shared_launch(), waited = true;  // (the decode launch's states: this launch is its dependent)
     const int head = it.kv_head * group_size + row.group;

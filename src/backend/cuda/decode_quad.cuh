@@ -23,7 +23,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "attn/paged_plan.h"
+#include "plan/paged_plan.h"
 #include "backend/cuda/attention_state.cuh"
 #include "backend/cuda/decode_attention.cuh"
 #include "backend/cuda/paged_attention.cuh"
@@ -78,9 +78,9 @@ __global__ void __launch_bounds__(QuadShape<T, D, KB>::kThreads, QuadShape<T, D,
   const unsigned mask = 0xFu << (lane & ~3);  // this quad's lanes
   const int item_index = blockIdx.x * Shape::kItemsPerBlock + threadIdx.x / 4;
   if (item_index >= *p.item_count) return;  // whole quads leave together
-  const attn::PlanItem it = p.items[item_index];
-  const attn::PlanRow row = p.rows[it.row_begin];  // one row (the runner's choice)
-  const attn::PlanMergeGroup grp = p.groups[it.group];
+  const plan::PlanItem it = p.items[item_index];
+  const plan::PlanRow row = p.rows[it.row_begin];  // one row (the runner's choice)
+  const plan::PlanMergeGroup grp = p.groups[it.group];
   const int group_size = p.q_heads / p.kv_heads;
   const int head = it.kv_head * group_size + row.group;
   const std::int64_t qi = std::int64_t{row.token} * p.q_heads + head;
@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(QuadShape<T, D, KB>::kThreads, QuadShape<T, D,
   for (int i = 0; i < DQ; ++i) acc[i] = 0.f;
 
   for (int pi = 0; pi < it.piece_count; ++pi) {
-    const attn::PlanPiece piece = p.pieces[it.piece_begin + pi];
+    const plan::PlanPiece piece = p.pieces[it.piece_begin + pi];
     for (int k0 = 0; k0 < piece.tokens; k0 += KB) {
       // Every K and V load of the block first.
       uint2 kr[KB][NG], vr[KB][NG];

@@ -10,7 +10,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "hydragen/error.h"
-#include "model/counter_rng.h"
+#include "core/counter_rng.h"
 
 namespace hydragen::cuda {
 

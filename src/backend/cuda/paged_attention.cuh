@@ -14,7 +14,7 @@
 
 #include <cstdint>
 
-#include "attn/paged_plan.h"
+#include "plan/paged_plan.h"
 #include "backend/cuda/attention_state.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/mma.cuh"
@@ -26,11 +26,11 @@ struct PagedAttentionParams {
   const void* k_pool;  // [pages, page_size, Hkv, D]
   const void* v_pool;
   const std::int32_t* pages;
-  const attn::PlanPiece* pieces;
-  const attn::PlanRow* rows;
-  const attn::PlanItem* items;
-  const attn::PlanMergeGroup* groups;
-  const attn::PlanMergeRow* merge_rows;
+  const plan::PlanPiece* pieces;
+  const plan::PlanRow* rows;
+  const plan::PlanItem* items;
+  const plan::PlanMergeGroup* groups;
+  const plan::PlanMergeRow* merge_rows;
   const std::int32_t* item_count;  // on the device: the plan changes without relaunching
   const std::int32_t* merge_row_count;  // (on the device too)
   std::int32_t* group_arrivals;    // zero between launches; the last arrival resets it
@@ -52,13 +52,13 @@ struct PagedAttentionParams {
 
 // Pool token slot of token `tok` of a piece's page list (its page looked up in p.pages). 32
 // bits: a pool of 2^31 token slots would hold 2^31 * Hkv * D * 2 bytes per K.
-__device__ __forceinline__ int pool_slot(const PagedAttentionParams& p, const attn::PlanPiece& piece, int tok) {
+__device__ __forceinline__ int pool_slot(const PagedAttentionParams& p, const plan::PlanPiece& piece, int tok) {
   return (__ldg(p.pages + piece.page_offset + (tok >> p.page_shift)) << p.page_shift) + (tok & (p.page_size - 1));
 }
 // Pool token slot of the piece's key `key` (counted from its first): from the piece's slot
 // where it lies in one page (no page-list read: the suffix kernels' first keys come one round
 // trip sooner, perf-notes v31), else through p.pages.
-__device__ __forceinline__ int piece_key_slot(const PagedAttentionParams& p, const attn::PlanPiece& piece, int key) {
+__device__ __forceinline__ int piece_key_slot(const PagedAttentionParams& p, const plan::PlanPiece& piece, int key) {
   return piece.slot >= 0 ? piece.slot + key : pool_slot(p, piece, piece.token_begin + key);
 }
 
@@ -69,7 +69,7 @@ __device__ __forceinline__ int piece_key_slot(const PagedAttentionParams& p, con
 // return is true. The empty volatile asm consumes the loaded fields, so they stay above the
 // caller's check (the compiler would otherwise sink them below it).
 inline constexpr int kSuffixItemsAlign = 32;
-__device__ __forceinline__ bool load_suffix_item(const PagedAttentionParams& p, int index, attn::PlanItem& it) {
+__device__ __forceinline__ bool load_suffix_item(const PagedAttentionParams& p, int index, plan::PlanItem& it) {
   const int count = *p.item_count;
   it = p.items[index];
   asm volatile("" ::"r"(it.kv_head), "r"(it.piece_begin), "r"(it.piece_count), "r"(it.row_begin), "r"(it.row_count),
@@ -124,7 +124,7 @@ void launch_kernel(Kernel kernel, int grid, int threads, int smem_bytes, cudaStr
 template <class T, int D, int WM, int WN>
 struct PagedTile {
   static constexpr int kRows = 16 * WM;
-  static constexpr int kKeys = attn::kBlockTokens;
+  static constexpr int kKeys = plan::kBlockTokens;
   static constexpr int kKeysPerWarp = kKeys / WN;
   static constexpr int kThreads = 32 * WM * WN;
   static constexpr int kStride = D + 8;  // halves; 16-byte pad: conflict-free ldmatrix
@@ -137,7 +137,7 @@ struct PagedTile {
 };
 
 template <class T, int D, int WM, int WN>
-__device__ __forceinline__ void load_piece(const PagedAttentionParams& p, const attn::PlanPiece& piece, int kv_head,
+__device__ __forceinline__ void load_piece(const PagedAttentionParams& p, const plan::PlanPiece& piece, int kv_head,
                                            T* sk, T* sv) {
   using Tile = PagedTile<T, D, WM, WN>;
   const T* kp = static_cast<const T*>(p.k_pool);
@@ -178,13 +178,13 @@ __global__ void __launch_bounds__(32 * WM * WN) paged_attention_kernel(const Pag
   const int item_count = *p.item_count;
 
   for (int item_index = blockIdx.x; item_index < item_count; item_index += gridDim.x) {
-    const attn::PlanItem it = p.items[item_index];
+    const plan::PlanItem it = p.items[item_index];
     // Q tile: rows past row_count are zero (their scores are finite; they are never written).
     for (int id = threadIdx.x; id < Tile::kRows * Tile::kChunks; id += Tile::kThreads) {
       const int r = id / Tile::kChunks, c = id % Tile::kChunks;
       uint4 val = make_uint4(0, 0, 0, 0);
       if (r < it.row_count) {
-        const attn::PlanRow row = p.rows[it.row_begin + r];
+        const plan::PlanRow row = p.rows[it.row_begin + r];
         const std::int64_t qi = std::int64_t{row.token} * p.q_heads + it.kv_head * group_size + row.group;
         val = __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(p.q) + qi * D) + c);
       }
@@ -208,7 +208,7 @@ __global__ void __launch_bounds__(32 * WM * WN) paged_attention_kernel(const Pag
       ptx::ldmatrix_x4(qf[kk], sq + (wm * 16 + (lane / 8 % 2) * 8 + lane % 8) * S + kk * 16 + (lane / 16) * 8);
 
     for (int pi = 0; pi < it.piece_count; ++pi) {
-      const attn::PlanPiece piece = p.pieces[it.piece_begin + pi];
+      const plan::PlanPiece piece = p.pieces[it.piece_begin + pi];
       if (pi + 1 < it.piece_count) {
         const int nx = (pi + 1) & 1;
         load_piece<T, D, WM, WN>(p, p.pieces[it.piece_begin + pi + 1], it.kv_head, sk + nx * Tile::kKeys * S,
@@ -331,7 +331,7 @@ __global__ void __launch_bounds__(32 * WM * WN) paged_attention_kernel(const Pag
     __syncthreads();
     for (int id = threadIdx.x; id < it.row_count * (D / 4); id += Tile::kThreads) {
       const int r = id / (D / 4), c = (id % (D / 4)) * 4;
-      const attn::PlanRow row = p.rows[it.row_begin + r];
+      const plan::PlanRow row = p.rows[it.row_begin + r];
       const std::int64_t e = row.state_base + std::int64_t{it.column} * row.state_stride +
                              it.kv_head * group_size + row.group;
       const float inv = srow[r];
@@ -351,7 +351,7 @@ __global__ void __launch_bounds__(32 * WM * WN) paged_attention_kernel(const Pag
         const int columns = p.groups[it.group].columns;
         for (int id = threadIdx.x; id < it.row_count * (D / 4); id += Tile::kThreads) {
           const int r = id / (D / 4), c = (id % (D / 4)) * 4;
-          const attn::PlanRow row = p.rows[it.row_begin + r];
+          const plan::PlanRow row = p.rows[it.row_begin + r];
           const int head = it.kv_head * group_size + row.group;
           float4 o;
           const float lse = merge_states_chunk(p.states, D, row.state_base + head, row.state_stride, columns, c, &o);

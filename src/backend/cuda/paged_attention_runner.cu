@@ -126,11 +126,11 @@ bool suffix_runs_decode_kernel() {
   return env == nullptr || std::string(env) != "mma";
 }
 
-SuffixItemSummary SuffixItemSummary::of(const attn::AttentionPlan& plan) {
+SuffixItemSummary SuffixItemSummary::of(const plan::AttentionPlan& plan) {
   SuffixItemSummary s;
   s.items = static_cast<std::int64_t>(plan.suffix_items.size());
   s.groups = static_cast<std::int64_t>(plan.groups.size());
-  for (const attn::PlanItem& it : plan.suffix_items) {
+  for (const plan::PlanItem& it : plan.suffix_items) {
     s.pieces += it.piece_count;
     for (int i = 0; i < it.piece_count; ++i) s.keys += plan.pieces[static_cast<std::size_t>(it.piece_begin + i)].tokens;
     s.max_rows = std::max(s.max_rows, it.row_count);
@@ -139,7 +139,7 @@ SuffixItemSummary SuffixItemSummary::of(const attn::AttentionPlan& plan) {
     s.lone_rows &= it.row_count == 1 && plan.groups[static_cast<std::size_t>(it.group)].items == 1;
   }
   s.split_rows = static_cast<std::int64_t>(plan.merge_rows.size());
-  for (const attn::PlanMergeRow& mr : plan.merge_rows) s.split_multi_row |= mr.row > 0;
+  for (const plan::PlanMergeRow& mr : plan.merge_rows) s.split_multi_row |= mr.row > 0;
   s.stacked = !plan.shared_items.empty();
   s.max_columns = plan.max_columns;
   return s;
@@ -311,7 +311,7 @@ int multiprocessors() {
 
 }  // namespace
 
-bool suffix_items_are_lone_rows(const attn::AttentionPlan& plan) { return SuffixItemSummary::of(plan).lone_rows; }
+bool suffix_items_are_lone_rows(const plan::AttentionPlan& plan) { return SuffixItemSummary::of(plan).lone_rows; }
 
 // H200, 40/40 (MHA) hydragen, prefix 2K, the quad kernel's builds forced against the warp
 // kernel (docs/perf-notes.md v14-suffix; whole attention step, ms):
@@ -339,7 +339,7 @@ int quad_decode_keys(const SuffixItemSummary& suffix) {
   return served ? 1 : 0;
 }
 
-int quad_decode_keys(const attn::AttentionPlan& plan) { return quad_decode_keys(SuffixItemSummary::of(plan)); }
+int quad_decode_keys(const plan::AttentionPlan& plan) { return quad_decode_keys(SuffixItemSummary::of(plan)); }
 
 // The suffix launch as the shared launch's programmatic dependent (PDL) where the shared items
 // keep at most half of the SMs busy: the decode kernel's blocks then start on the idle SMs and
@@ -374,8 +374,8 @@ float parse_rescale_lag(const std::string& text) {
 
 bool supported_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128; }
 
-attn::PlanOptions plan_options_for_device(DType dtype, int head_dim, AttentionMode mode, bool causal) {
-  attn::PlanOptions options;
+plan::PlanOptions plan_options_for_device(DType dtype, int head_dim, AttentionMode mode, bool causal) {
+  plan::PlanOptions options;
   options.mode = mode;
   options.causal = causal;
   if (const char* env = std::getenv("HYDRAGEN_SHARED_TILE_ROWS")) options.shared_tile_rows = std::atoi(env);
@@ -388,8 +388,8 @@ attn::PlanOptions plan_options_for_device(DType dtype, int head_dim, AttentionMo
   options.shared_slots = sms * k.shared_blocks_per_sm;
   options.shared_full_tile_slots = k.shared_ws != nullptr ? sms * k.shared_ws_blocks_per_sm : 0;
   options.suffix_slots = k.decode ? sms * k.decode_blocks_per_sm * kDecodeItemsPerBlock : sms * k.suffix_blocks_per_sm;
-  // The decode kernel's suffix items: one row each where attn::one_row_suffix_items holds (e8).
-  if (k.decode) options.suffix_tile_rows = attn::kSuffixTileRowsByRule;
+  // The decode kernel's suffix items: one row each where plan::one_row_suffix_items holds (e8).
+  if (k.decode) options.suffix_tile_rows = plan::kSuffixTileRowsByRule;
   // A/B of the suffix split's floor (PlanOptions::suffix_min_split_tokens; docs/perf-notes.md e7)
   // and of the rows per suffix item (PlanOptions::suffix_tile_rows, 0 = by rule; e8).
   if (const char* env = std::getenv("HYDRAGEN_SUFFIX_MIN_SPLIT")) {
@@ -417,13 +417,13 @@ attn::PlanOptions plan_options_for_device(DType dtype, int head_dim, AttentionMo
   if (const char* env = std::getenv("HYDRAGEN_FOLD_AT_RULE_ROWS")) options.fold_at_rule_rows = std::atoi(env) != 0;
   if (const char* env = std::getenv("HYDRAGEN_SUFFIX_TILE_ROWS")) {
     options.suffix_tile_rows = std::atoi(env);
-    HG_CHECK(options.suffix_tile_rows >= attn::kSuffixTileRowsByRule && options.suffix_tile_rows <= attn::kSuffixTileRows,
-             "HYDRAGEN_SUFFIX_TILE_ROWS=", env, ": must be 1..", attn::kSuffixTileRows, " (0: by rule)");
+    HG_CHECK(options.suffix_tile_rows >= plan::kSuffixTileRowsByRule && options.suffix_tile_rows <= plan::kSuffixTileRows,
+             "HYDRAGEN_SUFFIX_TILE_ROWS=", env, ": must be 1..", plan::kSuffixTileRows, " (0: by rule)");
   }
   return options;
 }
 
-PlanCapacity PlanCapacity::of(const attn::AttentionPlan& plan) {
+PlanCapacity PlanCapacity::of(const plan::AttentionPlan& plan) {
   return {static_cast<std::int64_t>(plan.pages.size()), static_cast<std::int64_t>(plan.pieces.size()),
           static_cast<std::int64_t>(plan.rows.size()), static_cast<std::int64_t>(plan.shared_items.size()),
           static_cast<std::int64_t>(plan.suffix_items.size()), static_cast<std::int64_t>(plan.groups.size()),
@@ -457,16 +457,16 @@ struct PlanBlockLayout {
     };
     l.counts = take(3, sizeof(std::int32_t));
     l.pages = take(c.pages, sizeof(std::int32_t));
-    l.pieces = take(c.pieces, sizeof(attn::PlanPiece));
-    l.rows = take(c.rows, sizeof(attn::PlanRow));
-    l.shared_items = take(c.shared_items, sizeof(attn::PlanItem));
-    l.groups = take(c.groups, sizeof(attn::PlanMergeGroup));
-    l.merge_rows = take(c.merge_rows, sizeof(attn::PlanMergeRow));
+    l.pieces = take(c.pieces, sizeof(plan::PlanPiece));
+    l.rows = take(c.rows, sizeof(plan::PlanRow));
+    l.shared_items = take(c.shared_items, sizeof(plan::PlanItem));
+    l.groups = take(c.groups, sizeof(plan::PlanMergeGroup));
+    l.merge_rows = take(c.merge_rows, sizeof(plan::PlanMergeRow));
     // Whole blocks of the suffix grids: the decode kernel loads an item before checking its
     // index against the count (load_suffix_item).
     static_assert(kSuffixItemsAlign % kDecodeItemsPerBlock == 0 && kSuffixItemsAlign % kQuadItemsPerBlock == 0);
     l.suffix_items = take((c.suffix_items + kSuffixItemsAlign - 1) / kSuffixItemsAlign * kSuffixItemsAlign,
-                          sizeof(attn::PlanItem));
+                          sizeof(plan::PlanItem));
     l.bytes = at;
     return l;
   }
@@ -506,12 +506,12 @@ struct PagedAttentionRunner::Impl {
   int next_staging = 0;  // the buffer prepare packs next
   int prepared = -1;     // the buffer holding a prepared plan not yet uploaded, or -1
   std::int32_t* pages = nullptr;
-  attn::PlanPiece* pieces = nullptr;
-  attn::PlanRow* rows = nullptr;
-  attn::PlanItem* shared_items = nullptr;
-  attn::PlanItem* suffix_items = nullptr;
-  attn::PlanMergeGroup* groups = nullptr;
-  attn::PlanMergeRow* merge_rows = nullptr;
+  plan::PlanPiece* pieces = nullptr;
+  plan::PlanRow* rows = nullptr;
+  plan::PlanItem* shared_items = nullptr;
+  plan::PlanItem* suffix_items = nullptr;
+  plan::PlanMergeGroup* groups = nullptr;
+  plan::PlanMergeRow* merge_rows = nullptr;
   std::int32_t* counts = nullptr;  // [shared items, suffix items, merge rows]
   std::int32_t* arrivals = nullptr;
   float* state_o = nullptr;
@@ -545,12 +545,12 @@ PagedAttentionRunner::PagedAttentionRunner(DType dtype, int head_dim, int q_head
   }
   m.counts = reinterpret_cast<std::int32_t*>(m.plan_block + layout.counts);
   m.pages = reinterpret_cast<std::int32_t*>(m.plan_block + layout.pages);
-  m.pieces = reinterpret_cast<attn::PlanPiece*>(m.plan_block + layout.pieces);
-  m.rows = reinterpret_cast<attn::PlanRow*>(m.plan_block + layout.rows);
-  m.shared_items = reinterpret_cast<attn::PlanItem*>(m.plan_block + layout.shared_items);
-  m.groups = reinterpret_cast<attn::PlanMergeGroup*>(m.plan_block + layout.groups);
-  m.merge_rows = reinterpret_cast<attn::PlanMergeRow*>(m.plan_block + layout.merge_rows);
-  m.suffix_items = reinterpret_cast<attn::PlanItem*>(m.plan_block + layout.suffix_items);
+  m.pieces = reinterpret_cast<plan::PlanPiece*>(m.plan_block + layout.pieces);
+  m.rows = reinterpret_cast<plan::PlanRow*>(m.plan_block + layout.rows);
+  m.shared_items = reinterpret_cast<plan::PlanItem*>(m.plan_block + layout.shared_items);
+  m.groups = reinterpret_cast<plan::PlanMergeGroup*>(m.plan_block + layout.groups);
+  m.merge_rows = reinterpret_cast<plan::PlanMergeRow*>(m.plan_block + layout.merge_rows);
+  m.suffix_items = reinterpret_cast<plan::PlanItem*>(m.plan_block + layout.suffix_items);
   m.arrivals = device_array<std::int32_t>(capacity.groups);
   m.state_o = device_array<float>(capacity.state_entries * head_dim);
   m.state_lse = device_array<float>(capacity.state_entries);
@@ -578,7 +578,7 @@ PagedAttentionRunner::~PagedAttentionRunner() {
   }
 }
 
-void PagedAttentionRunner::prepare(const attn::AttentionPlan& plan) {
+void PagedAttentionRunner::prepare(const plan::AttentionPlan& plan) {
   Impl& m = *impl_;
   // Every capacity first: a plan that does not fit leaves the last one intact.
   auto fits = [](std::size_t n, std::int64_t capacity, const char* what) {
@@ -651,7 +651,7 @@ void PagedAttentionRunner::upload_prepared(void* stream) {
 
 bool PagedAttentionRunner::has_prepared() const { return impl_->prepared >= 0; }
 
-void PagedAttentionRunner::upload(const attn::AttentionPlan& plan, void* stream) {
+void PagedAttentionRunner::upload(const plan::AttentionPlan& plan, void* stream) {
   prepare(plan);
   upload_prepared(stream);
 }

@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "attn/paged_plan.h"
+#include "plan/paged_plan.h"
 #include "hydragen/dtype.h"
 
 namespace hydragen::cuda {
@@ -18,7 +18,7 @@ namespace hydragen::cuda {
 struct PlanCapacity {
   std::int64_t pages = 0, pieces = 0, rows = 0, shared_items = 0, suffix_items = 0, groups = 0,
                state_entries = 0, merge_rows = 0;
-  static PlanCapacity of(const attn::AttentionPlan& plan);
+  static PlanCapacity of(const plan::AttentionPlan& plan);
   PlanCapacity max(const PlanCapacity& other) const;
   // Whether every size of `need` fits this capacity.
   bool holds(const PlanCapacity& need) const;
@@ -59,7 +59,7 @@ bool supported_head_dim(int head_dim);
 // and ws-pp-hw were deleted in session 17). With the wgmma kernels plans also split shared work
 // that already fills a wave (PlanOptions::shared_split_past_one_wave); HYDRAGEN_SHARED_WAVES=0/1
 // overrides that.
-attn::PlanOptions plan_options_for_device(DType dtype, int head_dim, AttentionMode mode, bool causal);
+plan::PlanOptions plan_options_for_device(DType dtype, int head_dim, AttentionMode mode, bool causal);
 
 // What the decode kernel's choices below (narrow build, quad build) read from a plan, gathered
 // in one pass over its suffix items (upload makes the choices on every step, on the step's
@@ -74,7 +74,7 @@ struct SuffixItemSummary {
   bool split_multi_row = false;  // some split group has two rows or more
   bool stacked = false;          // the plan has a shared launch
   int max_columns = 0;           // AttentionPlan::max_columns
-  static SuffixItemSummary of(const attn::AttentionPlan& plan);
+  static SuffixItemSummary of(const plan::AttentionPlan& plan);
 };
 
 // Whether the suffix launch runs the decode kernel (else the mma.sync kernel): for every plan
@@ -108,7 +108,7 @@ bool merge_launch_rule(const SuffixItemSummary& suffix);
 
 // Whether every suffix item of `plan` has one row and is its merge group's only item: the
 // plans decode_quad.cuh's kernel can serve. Host only.
-bool suffix_items_are_lone_rows(const attn::AttentionPlan& plan);
+bool suffix_items_are_lone_rows(const plan::AttentionPlan& plan);
 
 // Which build of decode_quad.cuh's kernel serves the suffix launch of `plan` when it runs the
 // decode kernel: 0 none (one warp per item), 1 (one key in flight, 4 blocks per SM) or 4 (four
@@ -118,7 +118,7 @@ bool suffix_items_are_lone_rows(const attn::AttentionPlan& plan);
 // HYDRAGEN_DECODE_KERNEL=warp|quad|quad1 forces.
 inline constexpr std::int64_t kQuadShortMeanKeys = 2, kQuadMaxMeanKeys = 32, kQuadManyItems = 8192;
 int quad_decode_keys(const SuffixItemSummary& suffix);
-int quad_decode_keys(const attn::AttentionPlan& plan);
+int quad_decode_keys(const plan::AttentionPlan& plan);
 // Whether the suffix launch runs as the shared launch's programmatic dependent (PDL): when the
 // shared launch's `shared_items` (at `blocks_per_sm` per SM) keep at most half of the `sms`
 // SMs busy. HYDRAGEN_PDL=1 / 0 forces it on / off. Host only.
@@ -144,20 +144,20 @@ class PagedAttentionRunner {
  public:
   // shared_tile_rows must match the plan's (PlanOptions::shared_tile_rows).
   PagedAttentionRunner(DType dtype, int head_dim, int q_heads, int kv_heads, const PlanCapacity& capacity,
-                       int shared_tile_rows = attn::kSharedTileRows);
+                       int shared_tile_rows = plan::kSharedTileRows);
   ~PagedAttentionRunner();
   PagedAttentionRunner(const PagedAttentionRunner&) = delete;
   PagedAttentionRunner& operator=(const PagedAttentionRunner&) = delete;
 
   // Copies the plan into the device buffers: prepare(plan), then upload_prepared(stream).
-  void upload(const attn::AttentionPlan& plan, void* stream = nullptr);
+  void upload(const plan::AttentionPlan& plan, void* stream = nullptr);
   // The host half of an upload: checks the plan against the capacity (throws when over it;
   // the current plan stays intact), makes its kernel choices and packs its arrays into pinned
   // staging laid out as the one device block that holds them. No device work, so it may run
   // while a step that reads the current plan is in flight (the engine prepares the next
   // step's plan during this one; docs/perf-notes.md e13, e15). A second prepare replaces the
   // first.
-  void prepare(const attn::AttentionPlan& plan);
+  void prepare(const plan::AttentionPlan& plan);
   // The device half: the prepared plan becomes the current one, moved into the device block by
   // one copy. Synchronous without a stream; with one (a cudaStream_t) asynchronous on it, so a
   // run() on the same stream sees it. Throws when nothing is prepared.

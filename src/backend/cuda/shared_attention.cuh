@@ -34,7 +34,7 @@
 
 #include <cstdint>
 
-#include "attn/paged_plan.h"
+#include "plan/paged_plan.h"
 #include "backend/cuda/attention_state.cuh"
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/paged_attention.cuh"
@@ -46,7 +46,7 @@ template <class T, int WG>
 struct WgmmaSharedTile {
   static constexpr int D = 128;
   static constexpr int kRows = 64 * WG;
-  static constexpr int kKeys = attn::kBlockTokens;
+  static constexpr int kKeys = plan::kBlockTokens;
   static constexpr int kThreads = 128 * WG;
   static constexpr int kQHalf = kRows * 128;   // bytes of one 64-column half of Q
   static constexpr int kKvHalf = kKeys * 128;  // bytes of one half of a K (or V) block
@@ -104,13 +104,13 @@ __device__ __forceinline__ void wgmma_o(float (&d)[64], const std::uint32_t (&a)
 // swizzled array whose halves lie q_half bytes apart, by `threads` threads (this one is t);
 // rows past the item's row_count are zero (their scores are finite; they are never written).
 template <class T>
-__device__ __forceinline__ void load_q_rows(const PagedAttentionParams& p, const attn::PlanItem& it, unsigned char* sq,
+__device__ __forceinline__ void load_q_rows(const PagedAttentionParams& p, const plan::PlanItem& it, unsigned char* sq,
                                             int q_half, int first, int count, int t, int threads, int group_size) {
   for (int id = t; id < count * 16; id += threads) {
     const int r = first + id / 16, c = id % 16;
     uint4 val = make_uint4(0, 0, 0, 0);
     if (r < it.row_count) {
-      const attn::PlanRow row = p.rows[it.row_begin + r];
+      const plan::PlanRow row = p.rows[it.row_begin + r];
       const std::int64_t qi = std::int64_t{row.token} * p.q_heads + it.kv_head * group_size + row.group;
       val = __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(p.q) + qi * 128) + c);
     }
@@ -120,7 +120,7 @@ __device__ __forceinline__ void load_q_rows(const PagedAttentionParams& p, const
 
 // Causal limits of this thread's two rows of an item's tile (r0 and r0 + 8; INT32_MAX past the
 // item's rows); returns the smaller.
-__device__ __forceinline__ int row_key_limits(const PagedAttentionParams& p, const attn::PlanItem& it, int r0,
+__device__ __forceinline__ int row_key_limits(const PagedAttentionParams& p, const plan::PlanItem& it, int r0,
                                               int (&limit)[2]) {
   for (int h = 0; h < 2; ++h)
     limit[h] = r0 + 8 * h < it.row_count ? p.rows[it.row_begin + r0 + 8 * h].key_limit : INT32_MAX;
@@ -128,14 +128,14 @@ __device__ __forceinline__ int row_key_limits(const PagedAttentionParams& p, con
 }
 
 // Partial entry of a row's state in an item's column.
-__device__ __forceinline__ std::int64_t row_state_entry(const attn::PlanItem& it, const attn::PlanRow& row,
+__device__ __forceinline__ std::int64_t row_state_entry(const plan::PlanItem& it, const plan::PlanRow& row,
                                                         int group_size) {
   return row.state_base + std::int64_t{it.column} * row.state_stride + it.kv_head * group_size + row.group;
 }
 
 // Partial entries of the same two rows' states in the item's column (-1 past the item's rows;
 // entries fit in 32 bits: build_attention_plan checks).
-__device__ __forceinline__ void tile_state_entries(const PagedAttentionParams& p, const attn::PlanItem& it, int r0,
+__device__ __forceinline__ void tile_state_entries(const PagedAttentionParams& p, const plan::PlanItem& it, int r0,
                                                    int group_size, int (&entry)[2]) {
   for (int h = 0; h < 2; ++h) {
     entry[h] = -1;
@@ -305,14 +305,14 @@ __device__ __forceinline__ void write_tile_states(const PagedAttentionParams& p,
 }
 
 // The same, each row's entry read here (fewer registers live through the item's loop).
-__device__ __forceinline__ void write_tile_states(const PagedAttentionParams& p, const attn::PlanItem& it,
+__device__ __forceinline__ void write_tile_states(const PagedAttentionParams& p, const plan::PlanItem& it,
                                                   const float (&o)[64], const float (&m)[2], float (&l)[2], int r0,
                                                   int lane, int group_size) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     std::int64_t entry = -1;
     if (r0 + 8 * h < it.row_count) {
-      const attn::PlanRow row = p.rows[it.row_begin + r0 + 8 * h];
+      const plan::PlanRow row = p.rows[it.row_begin + r0 + 8 * h];
       entry = row_state_entry(it, row, group_size);
     }
     write_row_state(p, entry, o, m, l, h, lane);
@@ -360,7 +360,7 @@ __global__ void __launch_bounds__(128 * WG, 2) shared_attention_wgmma_kernel(con
   const int r0 = wg * 64 + (warp % 4) * 16 + lane / 4;  // this thread's rows: r0 and r0 + 8
 
   for (int item_index = blockIdx.x; item_index < item_count; item_index += gridDim.x) {
-    const attn::PlanItem it = p.items[item_index];
+    const plan::PlanItem it = p.items[item_index];
     load_q_rows<T>(p, it, sq, Tile::kQHalf, 0, Tile::kRows, tid, Tile::kThreads, group_size);
     // A piece's copies in two steps: fetch() reads the page table into slot[] (the pool token
     // slot of each of this thread's keys, -1 past the piece: global loads, no shared memory),
@@ -369,7 +369,7 @@ __global__ void __launch_bounds__(128 * WG, 2) shared_attention_wgmma_kernel(con
     constexpr int kPerThread = Tile::kKeys * 16 / Tile::kThreads;
     int slot[kPerThread];
     auto fetch = [&](int pi) {
-      const attn::PlanPiece piece = p.pieces[it.piece_begin + pi];
+      const plan::PlanPiece piece = p.pieces[it.piece_begin + pi];
 #pragma unroll
       for (int i = 0; i < kPerThread; ++i) {
         const int key = (tid + i * Tile::kThreads) / 16;
@@ -405,7 +405,7 @@ __global__ void __launch_bounds__(128 * WG, 2) shared_attention_wgmma_kernel(con
     for (int i = 0; i < 64; ++i) o[i] = 0.f;
 
     for (int pi = 0; pi < it.piece_count; ++pi) {
-      const attn::PlanPiece piece = p.pieces[it.piece_begin + pi];
+      const plan::PlanPiece piece = p.pieces[it.piece_begin + pi];
       const bool more = pi + 1 < it.piece_count;
       if (more) fetch(pi + 1);  // page-table reads overlap P.V(pi - 1) and the waits below
       // The only cp.async group in flight is piece pi's (issued last iteration, or before the loop).

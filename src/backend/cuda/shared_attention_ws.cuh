@@ -34,7 +34,7 @@
 
 #include <cstdint>
 
-#include "attn/paged_plan.h"
+#include "plan/paged_plan.h"
 #include "backend/cuda/attention_state.cuh"
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/paged_attention.cuh"
@@ -47,7 +47,7 @@ template <class T>
 struct WsSharedTile {
   static constexpr int D = 128;
   static constexpr int kRows = 128;              // query rows per item: 64 per consumer
-  static constexpr int kKeys = 2 * attn::kBlockTokens;  // keys per stage: two plan pieces
+  static constexpr int kKeys = 2 * plan::kBlockTokens;  // keys per stage: two plan pieces
   static constexpr int kThreads = 384;           // producer + 2 consumer warpgroups
   static constexpr int kStages = 3;
   static constexpr int kQHalf = kRows * 128;
@@ -60,7 +60,7 @@ struct WsSharedTile {
   static constexpr int kQLoaders = 96;           // producer warps 1..3: they copy Q
   static constexpr int kProducerRegs = 72;       // pieces two blocks ahead, a box slot one ahead
   static constexpr int kConsumerRegs = 216;      // 128 * 72 + 256 * 216 = 64512 <= 65536
-  static_assert(attn::kBlockTokens == 64, "a stage holds two 64-key pieces");
+  static_assert(plan::kBlockTokens == 64, "a stage holds two 64-key pieces");
 };
 
 // How the producer fills a stage (v13): a whole 64-key piece is copied by TMA boxes of
@@ -124,14 +124,14 @@ __global__ void __launch_bounds__(384, 1)
     const int key0 = tid / 16;     // its first key of a piece (copy_piece: then every second)
     int issued = 0;
     // Pieces of block pi / 2 (tokens 0 past the item's pieces).
-    auto load_pieces = [&](const attn::PlanItem& it, int pi, attn::PlanPiece (&pc)[2]) {
+    auto load_pieces = [&](const plan::PlanItem& it, int pi, plan::PlanPiece (&pc)[2]) {
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        pc[h] = pi + h < it.piece_count ? p.pieces[it.piece_begin + pi + h] : attn::PlanPiece{0, 0, 0, 0};
+        pc[h] = pi + h < it.piece_count ? p.pieces[it.piece_begin + pi + h] : plan::PlanPiece{0, 0, 0, 0};
     };
     // cp.async of one piece's keys into its half of a stage by producer warp 0 (this lane:
     // keys key0 + 2 i); zeros past the piece.
-    auto copy_piece = [&](const attn::PlanPiece& pc, int h, int kv_head, unsigned char* sk) {
+    auto copy_piece = [&](const plan::PlanPiece& pc, int h, int kv_head, unsigned char* sk) {
       unsigned char* sv = sk + Tile::kKvBytes;
       constexpr int kKeyStep = kStageCopiers / 16;
 #pragma unroll 8
@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(384, 1)
       const int lt = tid - 32;
       int k = 0;
       for (int item_index = blockIdx.x; item_index < item_count; item_index += gridDim.x, ++k) {
-        const attn::PlanItem it = p.items[item_index];
+        const plan::PlanItem it = p.items[item_index];
         std::int64_t src[2];
         bool valid[2];
 #pragma unroll
@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(384, 1)
           valid[j] = r < it.row_count && r < Tile::kRows;
           src[j] = 0;
           if (valid[j]) {
-            const attn::PlanRow row = p.rows[it.row_begin + r];
+            const plan::PlanRow row = p.rows[it.row_begin + r];
             src[j] = (std::int64_t{row.token} * p.q_heads + it.kv_head * group_size + row.group) * D;
           }
         }
@@ -192,26 +192,26 @@ __global__ void __launch_bounds__(384, 1)
     const int boxes_per_piece = (64 / box_keys) * 4;
     const int h = lane / boxes_per_piece, j = lane % boxes_per_piece / 4, dh = lane / 2 % 2, t = lane % 2;
     const bool box_lane = lane < 2 * boxes_per_piece;
-    auto whole = [&](const attn::PlanPiece& pc) {
+    auto whole = [&](const plan::PlanPiece& pc) {
       return pc.tokens == 64 && (pc.token_begin & (box_keys - 1)) == 0;
     };
     // Pool slot of this lane's box in block (pieces) pc; -1 where its piece is not whole.
-    auto box_slot = [&](const attn::PlanPiece (&pc)[2]) {
-      const attn::PlanPiece piece = h == 0 ? pc[0] : pc[1];  // no dynamic index: pc stays in registers
+    auto box_slot = [&](const plan::PlanPiece (&pc)[2]) {
+      const plan::PlanPiece piece = h == 0 ? pc[0] : pc[1];  // no dynamic index: pc stays in registers
       if (!box_lane || !whole(piece)) return -1;
       const int tok = piece.token_begin + j * box_keys;
       return pool_slot(p, piece, tok);
     };
     for (int item_index = blockIdx.x; item_index < item_count; item_index += gridDim.x) {
-      const attn::PlanItem it = p.items[item_index];
+      const plan::PlanItem it = p.items[item_index];
       if (it.piece_count == 0) continue;
       // Pieces two blocks ahead, this lane's box slot one block ahead.
-      attn::PlanPiece pc[2], next[2];
+      plan::PlanPiece pc[2], next[2];
       load_pieces(it, 0, pc);
       load_pieces(it, 2, next);
       int slot = box_slot(pc);
       for (int pi = 0; pi < it.piece_count; pi += 2) {
-        attn::PlanPiece after[2];
+        plan::PlanPiece after[2];
         load_pieces(it, pi + 4, after);
         const int next_slot = box_slot(next);
         const int stage = issued % Tile::kStages;
@@ -259,11 +259,11 @@ __global__ void __launch_bounds__(384, 1)
   if (cw == 1) their_turn();
   // The next item is read under the last P.V of this one, so the boundary between
   // items waits on neither it nor Q.
-  attn::PlanItem it = blockIdx.x < item_count ? p.items[blockIdx.x] : attn::PlanItem{};
+  plan::PlanItem it = blockIdx.x < item_count ? p.items[blockIdx.x] : plan::PlanItem{};
   int k = 0;
   for (int item_index = blockIdx.x; item_index < item_count; item_index += gridDim.x, ++k) {
     const int next_index = item_index + gridDim.x;
-    attn::PlanItem next{};
+    plan::PlanItem next{};
     auto read_next = [&] {
       if (next_index < item_count) next = p.items[next_index];
     };
@@ -286,9 +286,9 @@ __global__ void __launch_bounds__(384, 1)
     for (int i = 0; i < 64; ++i) o[i] = 0.f;
     std::uint32_t pk[8][4];  // P of the previous block, packed: the A operand of its P.V
     float s[64] = {};  // (S is overwritten by its first k-step: zeroed once, not per block)
-    auto load_pieces = [&](attn::PlanPiece (&piece)[2], int pi) {  // block pi / 2's pieces
+    auto load_pieces = [&](plan::PlanPiece (&piece)[2], int pi) {  // block pi / 2's pieces
       piece[0] = p.pieces[it.piece_begin + pi];
-      piece[1] = pi + 1 < it.piece_count ? p.pieces[it.piece_begin + pi + 1] : attn::PlanPiece{0, 0, 0, 0};
+      piece[1] = pi + 1 < it.piece_count ? p.pieces[it.piece_begin + pi + 1] : plan::PlanPiece{0, 0, 0, 0};
     };
     auto wait_full = [&] {  // -> the next block's stage, once its K and V are in
       const int stage = consumed % Tile::kStages;
@@ -318,7 +318,7 @@ __global__ void __launch_bounds__(384, 1)
         for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(pk[j][e])::"memory");
     };
     // Mask (past a piece, or causal) only where needed; online softmax of s, scale folded in.
-    auto softmax = [&](const attn::PlanPiece (&piece)[2], float (&alpha)[2]) -> bool {
+    auto softmax = [&](const plan::PlanPiece (&piece)[2], float (&alpha)[2]) -> bool {
       if (piece[0].tokens < 64 || piece[1].tokens < 64 || piece[0].position + 64 > min_limit ||
           piece[1].position + 64 > min_limit) {
 #pragma unroll
@@ -346,9 +346,9 @@ __global__ void __launch_bounds__(384, 1)
       // item's last piece may hold fewer, and the positions of its pieces run on from block 0's
       // first: check_plan in paged_attention_cpu.cpp) and lie below every row's causal limit.
       // The last piece is read here and used from block 1 on, so block 0 does not wait for it.
-      const attn::PlanPiece last_piece = p.pieces[it.piece_begin + it.piece_count - 1];
+      const plan::PlanPiece last_piece = p.pieces[it.piece_begin + it.piece_count - 1];
       // Block 0: S, softmax (o is still 0), P.
-      attn::PlanPiece piece[2];
+      plan::PlanPiece piece[2];
       float alpha[2];
       load_pieces(piece, 0);
       const int first_position = piece[0].position;

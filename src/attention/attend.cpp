@@ -1,5 +1,5 @@
 // attend(): validation, then the backend.
-#include "attn/input_checks.h"
+#include "attention/input_checks.h"
 #include "backend/cpu/cpu_attention.h"
 #include "backend/cpu/head_tile.h"
 #include "hydragen/attention.h"

@@ -1,4 +1,4 @@
-#include "attn/tree_plan.h"
+#include "attention/tree_plan.h"
 
 #include <algorithm>
 

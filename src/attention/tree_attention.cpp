@@ -2,8 +2,8 @@
 // a backend by q's device.
 #include <cmath>
 
-#include "attn/input_checks.h"
-#include "attn/tree_plan.h"
+#include "attention/input_checks.h"
+#include "attention/tree_plan.h"
 #include "backend/cpu/cpu_attention.h"
 #include "backend/cpu/head_tile.h"
 #include "hydragen/attention.h"

@@ -1,6 +1,6 @@
-#include "model/tokenizer_utf8.h"
+#include "tokenizer/utf8.h"
 
-#include "model/tokenizer_regex.h"
+#include "tokenizer/regex.h"
 
 namespace hydragen::tok {
 

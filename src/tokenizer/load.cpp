@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "hydragen/error.h"
-#include "model/tokenizer.h"
-#include "model/tokenizer_json_util.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/json_util.h"
 
 namespace hydragen {
 

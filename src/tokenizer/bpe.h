@@ -9,8 +9,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "model/tokenizer.h"
-#include "model/tokenizer_json_util.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/json_util.h"
 
 namespace hydragen::tok {
 

@@ -5,11 +5,11 @@
 #include <fstream>
 #include <iterator>
 
-#include "model/tokenizer.h"
-#include "model/tokenizer_added_tokens.h"
-#include "model/tokenizer_bpe.h"
-#include "model/tokenizer_components.h"
-#include "model/tokenizer_utf8.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/added_tokens.h"
+#include "tokenizer/bpe.h"
+#include "tokenizer/components.h"
+#include "tokenizer/utf8.h"
 
 namespace hydragen {
 

@@ -2,8 +2,8 @@
 // Llama 3: ByteLevel. Llama 2: Sequence[Replace(▁ -> " "), ByteFallback, Fuse, Strip(" ", 1, 0)].
 #include <cctype>
 
-#include "model/tokenizer_components.h"
-#include "model/tokenizer_utf8.h"
+#include "tokenizer/components.h"
+#include "tokenizer/utf8.h"
 
 namespace hydragen::tok {
 

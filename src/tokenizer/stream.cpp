@@ -4,8 +4,8 @@
 // there are that many, so decoders that strip leading characters (Strip, up to that many) or
 // merge byte tokens see the same neighbours as a full decode.
 #include "hydragen/error.h"
-#include "model/tokenizer.h"
-#include "model/tokenizer_utf8.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
 
 namespace hydragen {
 

@@ -3,8 +3,8 @@
 // its own regex; newer Llama 2 conversions: Metaspace.
 #include <algorithm>
 
-#include "model/tokenizer_components.h"
-#include "model/tokenizer_regex.h"
+#include "tokenizer/components.h"
+#include "tokenizer/regex.h"
 
 namespace hydragen::tok {
 

@@ -3,8 +3,8 @@
 #include <array>
 #include <string>
 
-#include "model/tokenizer_components.h"
-#include "model/tokenizer_utf8.h"
+#include "tokenizer/components.h"
+#include "tokenizer/utf8.h"
 
 namespace hydragen::tok {
 

@@ -22,7 +22,7 @@
 
 #include "hydragen/attention.h"
 
-namespace hydragen::attn {
+namespace hydragen::plan {
 
 // Keys per piece: the kernels' K/V block. Both kernels use it.
 inline constexpr int kBlockTokens = 64;
@@ -251,4 +251,4 @@ std::int64_t piece_pool_slot(const std::vector<std::int32_t>& pages, int page_si
 // Validates the layout (parents, page counts) and builds the plan.
 AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions& options = {});
 
-}  // namespace hydragen::attn
+}  // namespace hydragen::plan

@@ -3,8 +3,8 @@
 // are added by encode(add_special_tokens=true) as the model's tokenizer_config asks.
 #include <sentencepiece_processor.h>
 
-#include "model/tokenizer.h"
-#include "model/tokenizer_utf8.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
 #include "hydragen/error.h"
 
 namespace hydragen {

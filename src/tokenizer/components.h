@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "model/tokenizer_json_util.h"
+#include "tokenizer/json_util.h"
 
 namespace hydragen::tok {
 

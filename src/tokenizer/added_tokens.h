@@ -12,8 +12,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "model/tokenizer.h"
-#include "model/tokenizer_components.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/components.h"
 
 namespace hydragen::tok {
 

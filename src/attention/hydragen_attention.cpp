@@ -1,6 +1,6 @@
 // hydragen_attention(): one level of sharing, B sequences under one prefix, as a two-level
 // SharingTree of views (no K/V is copied) handed to tree_attention.
-#include "attn/input_checks.h"
+#include "attention/input_checks.h"
 #include "hydragen/attention.h"
 #include "hydragen/error.h"
 

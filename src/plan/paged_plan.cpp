@@ -1,5 +1,5 @@
 // Builds the two work lists of an attention step from a paged sharing tree. See paged_plan.h.
-#include "attn/paged_plan.h"
+#include "plan/paged_plan.h"
 
 #include <algorithm>
 #include <climits>
@@ -7,7 +7,7 @@
 
 #include "hydragen/error.h"
 
-namespace hydragen::attn {
+namespace hydragen::plan {
 namespace {
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
@@ -523,4 +523,4 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
   return plan;
 }
 
-}  // namespace hydragen::attn
+}  // namespace hydragen::plan

@@ -1,6 +1,6 @@
-#include "model/tokenizer_added_tokens.h"
+#include "tokenizer/added_tokens.h"
 
-#include "model/tokenizer_utf8.h"
+#include "tokenizer/utf8.h"
 
 namespace hydragen::tok {
 

@@ -1,4 +1,4 @@
-#include "attn/input_checks.h"
+#include "attention/input_checks.h"
 
 #include <cmath>
 

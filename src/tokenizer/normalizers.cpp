@@ -1,8 +1,8 @@
 // Normalizers of tokenizer.json. Llama 2 / CodeLlama use Sequence[Prepend("▁"),
 // Replace(" " -> "▁")]; Unicode normal forms (NFC, NFKC, ...) are not supported.
-#include "model/tokenizer_components.h"
-#include "model/tokenizer_regex.h"
-#include "model/tokenizer_utf8.h"
+#include "tokenizer/components.h"
+#include "tokenizer/regex.h"
+#include "tokenizer/utf8.h"
 
 namespace hydragen::tok {
 

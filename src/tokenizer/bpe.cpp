@@ -1,9 +1,9 @@
-#include "model/tokenizer_bpe.h"
+#include "tokenizer/bpe.h"
 
 #include <cstdio>
 #include <queue>
 
-#include "model/tokenizer_utf8.h"
+#include "tokenizer/utf8.h"
 
 namespace hydragen::tok {
 
