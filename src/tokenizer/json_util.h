@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +14,10 @@
 namespace hydragen::tok {
 
 using Json = nlohmann::json;
+
+// The largest tokenizer.json read (real ones are 2-35 MB) and the other files beside it.
+inline constexpr std::uint64_t kMaxTokenizerJsonBytes = std::uint64_t{512} << 20;
+inline constexpr std::uint64_t kMaxTokenizerConfigBytes = std::uint64_t{64} << 20;
 
 inline const Json& require_field(const Json& obj, const char* key, const std::string& where) {
   HG_CHECK(obj.is_object(), where, " must be a JSON object, got ", obj.type_name());

@@ -39,7 +39,8 @@ class SentencePieceTokenizer final : public Tokenizer {
     std::vector<int> kept;
     kept.reserve(ids.size());
     for (TokenId id : ids) {
-      check_id(id, "decode");
+      HG_CHECK(id >= 0, "decode: token id ", id, " is negative");
+      if (id >= vocab_size()) continue;  // past the vocabulary (a model's padded rows): nothing
       if (!(skip_special_tokens && is_special(id))) kept.push_back(id);
     }
     std::string text;
@@ -61,10 +62,11 @@ class SentencePieceTokenizer final : public Tokenizer {
     return processor_.IdToPiece(id);
   }
 
-  bool is_special(TokenId id) const override { return processor_.IsControl(id); }
-  bool is_byte_token(TokenId id) const override { return processor_.IsByte(id); }
+  bool is_special(TokenId id) const override { return inside(id) && processor_.IsControl(id); }
+  bool is_byte_token(TokenId id) const override { return inside(id) && processor_.IsByte(id); }
 
  private:
+  bool inside(TokenId id) const { return id >= 0 && id < vocab_size(); }
   void check_id(TokenId id, const char* what) const {
     HG_CHECK(id >= 0 && id < vocab_size(), what, ": token id ", id, " is outside [0, ",
              vocab_size(), ")");
