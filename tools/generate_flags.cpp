@@ -13,13 +13,14 @@ namespace hydragen::cli {
 namespace {
 
 // A flag whose text `parse` turns into its value (as it is parsed, so a bad one stops the run
-// before anything loads); `shown` is the default --help prints.
+// before anything loads); --help shows it as `type`, with the default `shown`.
 template <class Parse>
-CLI::Option* add_parsed(CLI::App& cmd, const std::string& name, const std::string& help, const std::string& shown,
-                        Parse parse) {
+CLI::Option* add_parsed(CLI::App& cmd, const std::string& name, const std::string& type, const std::string& help,
+                        const std::string& shown, Parse parse) {
   const std::string flag = name.substr(name.rfind(',') + 1);
   CLI::Option* option = cmd.add_option_function<std::string>(
       name, [flag, parse](const std::string& text) { parse(text, flag); }, help);
+  option->type_name(type);
   if (!shown.empty()) option->default_str(shown);
   return option;
 }
@@ -37,37 +38,37 @@ void add_generate_flags(CLI::App& cmd, GenerateOptions& o) {
   cmd.add_option("-m,--model", o.model_dir, "Hugging Face model directory (config.json, safetensors, tokenizer)");
   cmd.add_option("--random-weights", o.random_preset,
                  "Random weights of a preset instead of a checkpoint (tiny, codellama-7b, ...)");
-  add_parsed(cmd, "--weights-seed", "Seed of --random-weights", "0",
+  add_parsed(cmd, "--weights-seed", "N", "Seed of --random-weights", "0",
              [p](const std::string& t, const std::string& f) { p->weights_seed = parse_unsigned(t, f); });
   cmd.add_option("-p,--prompt", o.prompt, "Prompt text (needs the model's tokenizer)");
   cmd.add_option("-f,--file", o.prompt_file, "Read the prompt text from a file (- for standard input)");
-  add_parsed(cmd, "--prompt-ids", "Prompt as comma-separated token ids (e.g. 1,2,3)", "",
+  add_parsed(cmd, "--prompt-ids", "IDS", "Prompt as comma-separated token ids (e.g. 1,2,3)", "",
              [p](const std::string& t, const std::string& f) { p->prompt_ids = parse_token_ids(t, f); });
   cmd.add_option("--requests", o.requests_file,
                  "JSONL, one request per line (- for standard input): prompt (text or token ids) | prompt_ids | "
                  "segments | segment_ids, and optional n (samples), max_tokens (or max_new_tokens), temperature, "
                  "top_p, top_k, min_p, seed, stop (a string or a list), stop_token_ids");
-  add_parsed(cmd, "--samples", "Completions per prompt (what OpenAI and vLLM call n); they share the prompt's K/V. "
+  add_parsed(cmd, "--samples", "N", "Completions per prompt (what OpenAI and vLLM call n); they share the prompt's K/V. "
              "At --temperature 0 they are identical", "1",
              [p](const std::string& t, const std::string& f) { p->samples = static_cast<int>(parse_integer(t, f, 1, 1 << 20)); });
-  add_parsed(cmd, "--max-new-tokens", "Tokens each completion may generate (what llama.cpp calls -n)", "32",
+  add_parsed(cmd, "--max-new-tokens", "N", "Tokens each completion may generate (what llama.cpp calls -n)", "32",
              [p](const std::string& t, const std::string& f) { p->max_new_tokens = parse_integer(t, f, 1, INT32_MAX); });
-  add_parsed(cmd, "-n", "", "", [](const std::string&, const std::string&) {
+  add_parsed(cmd, "-n", "N", "", "", [](const std::string&, const std::string&) {
     usage_error("-n is ambiguous (samples in vLLM and OpenAI, tokens in llama.cpp): give --samples N for the "
                 "completions per prompt or --max-new-tokens N for the tokens each generates");
   })->group("");
-  add_parsed(cmd, "--temperature", "0 = greedy", "0",
+  add_parsed(cmd, "--temperature", "T", "0 = greedy", "0",
              [p](const std::string& t, const std::string& f) { p->temperature = parse_float(t, f); });
-  add_parsed(cmd, "--top-p", "Nucleus mass in (0, 1] (1 = off)", "1",
+  add_parsed(cmd, "--top-p", "P", "Nucleus mass in (0, 1] (1 = off)", "1",
              [p](const std::string& t, const std::string& f) { p->top_p = parse_float(t, f); });
-  add_parsed(cmd, "--top-k", "Keep the k most likely tokens (0 = off)", "0",
+  add_parsed(cmd, "--top-k", "K", "Keep the k most likely tokens (0 = off)", "0",
              [p](const std::string& t, const std::string& f) { p->top_k = static_cast<int>(parse_integer(t, f, 0, INT32_MAX)); });
-  add_parsed(cmd, "--min-p", "Keep tokens with p >= min_p * p_max, min_p in [0, 1] (0 = off)", "0",
+  add_parsed(cmd, "--min-p", "P", "Keep tokens with p >= min_p * p_max, min_p in [0, 1] (0 = off)", "0",
              [p](const std::string& t, const std::string& f) { p->min_p = parse_float(t, f); });
-  add_parsed(cmd, "--seed", "Sampling seed; sample i of a request uses seed + i", "0",
+  add_parsed(cmd, "--seed", "N", "Sampling seed; sample i of a request uses seed + i", "0",
              [p](const std::string& t, const std::string& f) { p->seed = parse_unsigned(t, f); });
   cmd.add_option("--stop", o.stop, "Stop string (repeatable); the text is cut before it");
-  add_parsed(cmd, "--stop-id", "Stop token ids, comma-separated (EOS is one unless --ignore-eos)", "",
+  add_parsed(cmd, "--stop-id", "IDS", "Stop token ids, comma-separated (EOS is one unless --ignore-eos)", "",
              [p](const std::string& t, const std::string& f) {
                const std::vector<std::int32_t> ids = parse_token_ids(t, f);
                p->stop_ids.insert(p->stop_ids.end(), ids.begin(), ids.end());
@@ -77,12 +78,12 @@ void add_generate_flags(CLI::App& cmd, GenerateOptions& o) {
   cmd.add_option("--device", o.device, kDeviceHelp)->capture_default_str();
   cmd.add_option("--attention", o.attention, "hydragen, paged, dense or none")->capture_default_str();
   cmd.add_option("--output", o.output, "Write completions as JSONL, each the moment it is final");
-  add_parsed(cmd, "--page-size", "KV page size in tokens: 16, 32, 64 or 128", "64",
+  add_parsed(cmd, "--page-size", "N", "KV page size in tokens: 16, 32, 64 or 128", "64",
              [p](const std::string& t, const std::string& f) { p->page_size = static_cast<int>(parse_integer(t, f, 1, 128)); });
-  add_parsed(cmd, "--kv-memory", "KV pool size (e.g. 20G, 512M); default: what the requests need (CPU), "
+  add_parsed(cmd, "--kv-memory", "SIZE", "KV pool size (e.g. 20G, 512M); default: what the requests need (CPU), "
              "the free memory after the weights (CUDA)", "",
              [p](const std::string& t, const std::string& f) { p->kv_memory_bytes = parse_bytes(t, f); });
-  add_parsed(cmd, "--max-batch", "Most sequences decoded together", "1024",
+  add_parsed(cmd, "--max-batch", "N", "Most sequences decoded together", "1024",
              [p](const std::string& t, const std::string& f) { p->max_batch = parse_integer(t, f, 1, INT32_MAX); });
   cmd.add_flag("!--no-cuda-graphs", o.cuda_graphs, "Launch every kernel of a decode step (no CUDA graphs)");
   cmd.add_flag("!--no-progress", o.progress, "No progress bar (it is drawn on a terminal only)");
