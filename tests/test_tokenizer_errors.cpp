@@ -2,6 +2,7 @@
 // never a crash.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "hydragen/error.h"
 #include "tokenizer/tokenizer.h"
@@ -17,8 +18,8 @@ using nlohmann::json;
 class TokenizerErrors : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("hydragen_tok_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    dir_ = fs::temp_directory_path() / ("hydragen_tok_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     base_ = test::read_json_file(test::tokenizer_fixtures() / "sp_bpe" / "tokenizer.json");
@@ -239,6 +240,13 @@ TEST_F(TokenizerErrors, FifosAndDirectoriesAreRefusedByName) {
   fs::remove(dir_ / "tokenizer_config.json");
   fs::create_directory(dir_ / "generation_config.json");
   expect_load_error({"generation_config.json", "is a directory, not a regular file"});
+  fs::remove(dir_ / "generation_config.json");
+  fs::remove(dir_ / "tokenizer.json");
+  ASSERT_EQ(::mkfifo((dir_ / "tokenizer.json").c_str(), 0600), 0);
+  expect_load_error({"tokenizer.json: is a FIFO (named pipe), not a regular file"});
+  fs::remove(dir_ / "tokenizer.json");
+  ASSERT_EQ(::mkfifo((dir_ / "tokenizer.model").c_str(), 0600), 0);
+  expect_load_error({"tokenizer.model: is a FIFO (named pipe), not a regular file"});
 }
 
 }  // namespace

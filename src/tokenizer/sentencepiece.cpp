@@ -3,6 +3,7 @@
 // are added by encode(add_special_tokens=true) as the model's tokenizer_config asks.
 #include <sentencepiece_processor.h>
 
+#include "core/regular_file.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 #include "hydragen/error.h"
@@ -11,12 +12,13 @@ namespace hydragen {
 
 namespace {
 
+constexpr std::uint64_t kMaxModelBytes = std::uint64_t{64} << 20;  // real tokenizer.model files: under 5 MB
+
 class SentencePieceTokenizer final : public Tokenizer {
  public:
   SentencePieceTokenizer(const std::filesystem::path& file, bool add_bos, bool add_eos)
       : add_bos_(add_bos), add_eos_(add_eos) {
-    HG_CHECK(std::filesystem::is_regular_file(file), "tokenizer: cannot open ", file.string());
-    const auto status = processor_.Load(file.string());
+    const auto status = processor_.LoadFromSerializedProto(read_regular_file(file, kMaxModelBytes));
     HG_CHECK(status.ok(), file.string(), ": not a SentencePiece model: ", status.ToString());
     HG_CHECK(processor_.GetPieceSize() > 0, file.string(), ": the SentencePiece model is empty");
   }

@@ -157,6 +157,8 @@ case $group in
     check config-dir 1 "config.json: is a directory, not a regular file" generate -m "$m" --device cpu --prompt-ids 1
     m=$(model_dir fifo-weights) && rm "$m/model.safetensors" && mkfifo "$m/model.safetensors"
     check weights-fifo 1 "model.safetensors: is a FIFO \(named pipe\), not a regular file" generate -m "$m" --device cpu --prompt-ids 1
+    m=$(model_dir fifo-tokenizer) && mkfifo "$m/tokenizer.model"
+    check tokenizer-fifo 1 "tokenizer.model: is a FIFO \(named pipe\), not a regular file" generate -m "$m" --device cpu --prompt-ids 1
     m=$(model_dir nan-weights) && rm "$m/model.safetensors" && cp "$model/model.safetensors" "$m/"
     size=$(wc -c <"$m/model.safetensors")
     printf '\000\000\300\177' | dd of="$m/model.safetensors" bs=1 seek=$((size - 4)) conv=notrunc 2>/dev/null
