@@ -140,7 +140,6 @@ TEST(PagedPlan, RandomTreesReadEveryKeyOnce) {
       options.shared_tile_rows = trial % 2 ? 64 : 128;
       options.shared_split_past_one_wave = trial % 4 == 1;
       options.suffix_tile_rows = trial % 5 == 2 ? 1 : trial % 5 == 3 ? 5 : trial % 5 == 4 ? kSuffixTileRowsByRule : kSuffixTileRows;
-      options.fold_at_rule_rows = trial % 10 == 9;  // (by rule only: trial % 5 == 4)
       if (trial % 3 == 1) {  // full-tile plans on 7 slots, their heads split differently where that balances
         options.shared_full_tile_slots = 7;
         options.shared_head_splits = true;
@@ -432,12 +431,11 @@ TEST(PagedPlan, FoldsWhereStackingDoesNotShortenTheSuffixLaunch) {
 // 1584 suffix slots), and the rule's edges. Each plan's items all have the one row count
 // (RandomTreesReadEveryKeyOnce checks the coverage of plans by rule).
 // Options with the H200's slots (264 shared, 1584 suffix) and the rows per suffix item by rule.
-PlanOptions rows_by_rule_options(AttentionMode mode, bool fold_at_rule_rows = false) {
+PlanOptions rows_by_rule_options(AttentionMode mode) {
   PlanOptions options;
   options.mode = mode;
   options.shared_slots = 264, options.suffix_slots = 1584;
   options.suffix_tile_rows = kSuffixTileRowsByRule;
-  options.fold_at_rule_rows = fold_at_rule_rows;
   return options;
 }
 
@@ -493,41 +491,29 @@ TEST(PagedPlan, OneRowSuffixItemsByRule) {
   EXPECT_FALSE(one_row_suffix_items(8, 8, 4, false, 8, 1584));
 }
 
-// e9 (opt-in PlanOptions::fold_at_rule_rows): the fold estimated at the rule's rows keeps
-// small GQA batches with 256-key suffixes stacked, as one-row items (e8's rows1 run: 8/1 B=16
-// at 4K 0.0655 -> 0.0351 ms, B=64 at 1K 0.0488 -> 0.0394); where the rule gives full tiles,
-// or the mode is paged, the plan is the one without the option.
-AttentionPlan plan_folded_at(int batch, int kv_heads, int q_heads, std::int64_t prefix, std::int64_t suffix,
-                             bool at_rule_rows, AttentionMode mode = AttentionMode::hydragen) {
-  return build_attention_plan(testing::one_segment_layout(batch, kv_heads, q_heads, prefix, suffix),
-                              rows_by_rule_options(mode, at_rule_rows));
-}
-
-TEST(PagedPlan, FoldAtRuleRowsKeepsOneRowPlansStacked) {
+// The fold is estimated at full suffix tiles: small GQA batches under 256-key suffixes fold
+// (8/1 B=16 at 4K, B=64 at 1K: 8-row items, nothing stacked), B=256 stays stacked; paged plans
+// stack nothing.
+TEST(PagedPlan, FoldIsEstimatedAtFullTiles) {
+  auto plan_of = [](int batch, std::int64_t prefix, AttentionMode mode = AttentionMode::hydragen) {
+    return build_attention_plan(testing::one_segment_layout(batch, 1, 8, prefix, 256), rows_by_rule_options(mode));
+  };
   for (auto [batch, prefix] : {std::pair{16, std::int64_t{4096}}, std::pair{64, std::int64_t{1024}}}) {
-    const AttentionPlan off = plan_folded_at(batch, 1, 8, prefix, 256, false);
-    const AttentionPlan on = plan_folded_at(batch, 1, 8, prefix, 256, true);
-    EXPECT_EQ(off.stacked_segments, 0) << "B=" << batch;
-    EXPECT_EQ(off.suffix_items.front().row_count, 8) << "B=" << batch;
-    EXPECT_EQ(on.stacked_segments, 1) << "B=" << batch;
-    for (const PlanItem& it : on.suffix_items) ASSERT_EQ(it.row_count, 1) << "B=" << batch;
+    const AttentionPlan plan = plan_of(batch, prefix);
+    EXPECT_EQ(plan.stacked_segments, 0) << "B=" << batch;
+    EXPECT_EQ(plan.suffix_items.front().row_count, 8) << "B=" << batch;
   }
-  // Full tiles by rule (2048 one-row items > 1584 slots): the option changes nothing.
-  const AttentionPlan off = plan_folded_at(256, 1, 8, 1024, 256, false), on = plan_folded_at(256, 1, 8, 1024, 256, true);
-  EXPECT_EQ(on.stacked_segments, off.stacked_segments);
-  EXPECT_EQ(on.suffix_items.size(), off.suffix_items.size());
-  EXPECT_EQ(on.suffix_items.front().row_count, 8);
-  // Paged plans stack nothing either way.
-  EXPECT_EQ(plan_folded_at(16, 1, 8, 4096, 256, true, AttentionMode::paged).stacked_segments, 0);
+  const AttentionPlan wide = plan_of(256, 1024);
+  EXPECT_EQ(wide.stacked_segments, 1);
+  EXPECT_EQ(wide.suffix_items.front().row_count, 8);
+  EXPECT_EQ(plan_of(16, 4096, AttentionMode::paged).stacked_segments, 0);
 }
 
 // Splits of each sequence's own keys in a paged (everything folded) plan on the H200's 1056
 // decode slots: (suffix items, merge columns per group).
-std::pair<std::size_t, int> paged_suffix_split(int batch, int kv_heads, int q_heads, std::int64_t prefix,
-                                               bool by_cost = true) {
+std::pair<std::size_t, int> paged_suffix_split(int batch, int kv_heads, int q_heads, std::int64_t prefix) {
   PlanOptions options = rows_by_rule_options(AttentionMode::paged);
   options.suffix_slots = 1056;
-  options.suffix_split_by_cost = by_cost;
   const AttentionPlan plan =
       build_attention_plan(testing::one_segment_layout(batch, kv_heads, q_heads, prefix, 1), options);
   int columns = 0;
@@ -537,19 +523,19 @@ std::pair<std::size_t, int> paged_suffix_split(int batch, int kv_heads, int q_he
 
 TEST(PagedPlan, SuffixSplitsWeighTheirMergeColumns) {
   using P = std::pair<std::size_t, int>;
-  // 8/1 B=64 at 16K: the fill rule took a second wave for a 97% full one (33 columns of 8
-  // rows); the cost rule keeps one wave of 16 splits (H200 dense: 0.195 -> 0.165 ms).
-  EXPECT_EQ(paged_suffix_split(64, 1, 8, 16384, false), P(2112, 33));
+  // 8/1 B=64 at 16K: one wave of 16 splits, where the fill of the waves alone took a second
+  // wave for a 97% full one (2112 items, 33 columns of 8 rows; see perf-notes: Suffix splits).
   EXPECT_EQ(paged_suffix_split(64, 1, 8, 16384), P(1024, 16));
   EXPECT_EQ(paged_suffix_split(64, 1, 8, 32768), P(1024, 16));
-  // 8/1 B=16 at 16K: 31 splits instead of 64 (0.098 -> 0.073 ms).
-  EXPECT_EQ(paged_suffix_split(16, 1, 8, 16384, false), P(1024, 64));
+  // 8/1 B=16 at 16K: 31 splits (the fill alone: 64).
   EXPECT_EQ(paged_suffix_split(16, 1, 8, 16384), P(496, 31));
-  // Where a column costs little against the keys it saves, both rules agree: one-row items
-  // (B=1 by rule, MHA), 4-row items (32/8), and short contexts.
-  for (auto [batch, kv, q, prefix] : {std::tuple{1, 8, 32, 16384}, {1, 1, 8, 32768}, {16, 40, 40, 16384},
-                                      {1, 40, 40, 4096}, {16, 8, 32, 4096}, {64, 1, 8, 1024}, {256, 1, 8, 16384}})
-    EXPECT_EQ(paged_suffix_split(batch, kv, q, prefix), paged_suffix_split(batch, kv, q, prefix, false))
+  // Where a column costs little against the keys it saves, the splits the fill alone gives:
+  // one-row items (B=1 by rule, MHA), 4-row items (32/8), and short contexts.
+  for (auto [batch, kv, q, prefix, split] :
+       {std::tuple{1, 8, 32, 16384, P(1056, 33)}, {1, 1, 8, 32768, P(512, 64)}, {16, 40, 40, 16384, P(1920, 3)},
+        {1, 40, 40, 4096, P(1040, 26)}, {16, 8, 32, 4096, P(1024, 8)}, {64, 1, 8, 1024, P(512, 8)},
+        {256, 1, 8, 16384, P(1024, 4)}})
+    EXPECT_EQ(paged_suffix_split(batch, kv, q, prefix), split)
         << "B=" << batch << " " << q << "/" << kv << " prefix " << prefix;
   // The floors hold: no split under suffix_min_split_tokens keys, none past kMaxSplits, and
   // none where the unsplit items already fill the slots.

@@ -14,10 +14,10 @@
 //   the rows are the mma's N = 8 (decode_item, kMma: S^T = K Q^T and O^T += V^T P^T with
 //   mma.sync m16n8k16, K and V by ldmatrix, Q in registers, P through shared memory as two
 //   T parts, hi + lo, so p keeps the scalar path's fp32 precision to ~2^-16);
-//   the scalar path's ~25 instructions per row and key made 4-row items latency-bound on
-//   their own instruction stream (llama-3-8b B=128: 38 us for 1024 warps). When the
-//   item is its merge group's only suffix item (no suffix split: the common decode case) and its rows have at most one shared state (one unsplit stacked
-//   column), it merges its own state in registers with that one (complete: the shared launch
+//   the scalar path's instructions per row and key made 4-row items latency-bound on their
+//   own instruction stream. When the item is its merge group's only suffix item (no suffix
+//   split: the common decode case) and its rows have at most one shared state (one unsplit
+//   stacked column), it merges its own state in registers with that one (complete: the shared launch
 //   precedes this one in the stream) and writes the final output -- no state write, no
 //   fence, no ticket. Otherwise the items write (o / l, lse) to their state column, and the
 //   last arrival of the merge group (atomic ticket, one fence by lane 0) merges -- or, where
@@ -29,129 +29,13 @@
 #include <type_traits>
 
 #include "plan/paged_plan.h"
+#include "backend/cuda/attention_params.cuh"
 #include "backend/cuda/attention_state.cuh"
 #include "backend/cuda/decode_merge.cuh"
+#include "backend/cuda/decode_shape.cuh"
 #include "backend/cuda/mma.cuh"
-#include "backend/cuda/paged_attention.cuh"
 
 namespace hydragen::cuda {
-
-template <class T, int D>
-struct DecodeShape {
-  static constexpr int kRows = 8;        // rows per item (PlanOptions::suffix_tile_rows <= this)
-  static constexpr int kWarps = 4;       // items per block
-  static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kChunk = 32;      // keys per step (one per lane)
-  static constexpr int kKeyLoads = D / 8;  // 16-byte loads per K row
-  static constexpr int kDims = D / 32;     // output dims per lane
-  static constexpr int kRowLanes = D * static_cast<int>(sizeof(T)) / 16;  // lanes per 16-byte-chunked row
-  // A chunk's K and V rows in shared memory, D apart, unpadded, their 16-byte chunks permuted:
-  // chunk c of row r sits at chunk c ^ (r & 7). So each 128-byte run of global memory a row's
-  // copy writes lands in one aligned 128-byte span, while the 8 rows that 8 lanes read at one
-  // chunk (the scalar scores, the mma path's ldmatrix) still sit in 8 different bank groups.
-  // The rows used to be padded by 16 bytes instead, and then each run straddled two spans: the
-  // copies asked L2 for 1.5x the sectors they needed (ncu, 8/1 B=64 4K: 24 sectors per warp's
-  // 512-byte cp.async; paged 25.8 against 34.6 us once swizzled; perf-notes v40). The scalar
-  // path's V rows stay plain (a warp reads one whole row per key).
-  static __device__ __forceinline__ int swizzled(int row, int chunk) { return row * D + ((chunk ^ (row & 7)) << 3); }
-  // The chunk's K rows [kChunk][D] and V rows [kChunk][D] (T), in floats: also the scratch of
-  // the last arrival's merge once the key loop is done (items of >= 2 rows: the multi-row builds
-  // only).
-  static constexpr int kStageFloats = 2 * kChunk * D * static_cast<int>(sizeof(T)) / 4;
-  // The mma path (items of 3-8 rows): P of a chunk as two T parts, hi and lo, each [8 rows]
-  // [kPRow], in the Q slice (unused on that path).
-  static constexpr int kPRow = kChunk + 8;
-  // A warp's shared memory for items of <= max_rows rows: Q [max_rows][D] fp32, p
-  // [max_rows][kChunk] fp32, then the K/V stage.
-  static constexpr int warp_smem_floats(int max_rows) { return max_rows * D + max_rows * kChunk + kStageFloats; }
-  // The rows a kernel build's shared memory is laid out for (its Rows: 0 general, else its one
-  // path): the mma path's fragments span 8 rows whatever its items hold (P's parts, O^T written
-  // back), so only the one-row build is smaller.
-  static constexpr int layout_rows(int rows) { return rows == 1 ? 1 : 8; }
-  static constexpr int smem_bytes(int max_rows) { return kWarps * warp_smem_floats(max_rows) * 4; }
-  static_assert(D == 64 || D == 128);
-  static_assert(sizeof(T) == 2, "swizzled: 8 elements per 16-byte chunk");
-  // Every warp's slice and its K and V stages start on a 128-byte boundary (the swizzle's spans).
-  static_assert(warp_smem_floats(1) % 32 == 0 && warp_smem_floats(8) % 32 == 0, "warp slices 128-byte aligned");
-  static_assert((D + kChunk) % 32 == 0 && kChunk * D * sizeof(T) % 128 == 0, "K and V stages 128-byte aligned");
-  // The in-line merges stage the other columns' o in the K rows (free after the key loop).
-  static_assert(kInLinePairs * D * 4 <= kChunk * D * static_cast<int>(sizeof(T)), "merge_rows_in_line's stage fits sk");
-  static_assert(8 * D * 4 <= kChunk * D * static_cast<int>(sizeof(T)), "merge_row_in_registers' stage fits sk");
-  static_assert(2 * 8 * kPRow * static_cast<int>(sizeof(T)) <= 8 * D * 4, "P's two parts fit the Q slice of an 8-row warp");
-};
-
-template <class T>
-__device__ __forceinline__ void unpack8(const uint4& u, float (&f)[8]) {
-  const std::uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-      f[2 * i] = __uint_as_float(w[i] << 16);
-      f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-    } else {
-      const float2 x = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
-      f[2 * i] = x.x, f[2 * i + 1] = x.y;
-    }
-  }
-}
-
-template <class T>
-__device__ __forceinline__ float2 unpack2(std::uint32_t w) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
-  } else {
-    return __half22float2(*reinterpret_cast<const __half2*>(&w));
-  }
-}
-
-// A lane's DL dims of one V row: 8 bytes for D = 128, 4 for D = 64.
-template <int DL>
-using VWord = std::conditional_t<DL == 4, uint2, std::uint32_t>;
-
-template <class T, int DL>
-__device__ __forceinline__ void unpack_v(const VWord<DL>& u, float (&v)[DL]) {
-  if constexpr (DL == 4) {
-    const float2 a = unpack2<T>(u.x), b = unpack2<T>(u.y);
-    v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
-  } else {
-    const float2 a = unpack2<T>(u);
-    v[0] = a.x, v[1] = a.y;
-  }
-}
-
-// s + q . k over 8 dims, in order (q: fp32 rows in shared memory).
-__device__ __forceinline__ float dot8(const float* q, const float (&k)[8], float s) {
-  const float4 q0 = *reinterpret_cast<const float4*>(q);
-  const float4 q1 = *reinterpret_cast<const float4*>(q + 4);
-  s = fmaf(q0.x, k[0], s);
-  s = fmaf(q0.y, k[1], s);
-  s = fmaf(q0.z, k[2], s);
-  s = fmaf(q0.w, k[3], s);
-  s = fmaf(q1.x, k[4], s);
-  s = fmaf(q1.y, k[5], s);
-  s = fmaf(q1.z, k[6], s);
-  s = fmaf(q1.w, k[7], s);
-  return s;
-}
-
-// One row's online-softmax step over a chunk (exp2 domain): the chunk's max over the warp,
-// m, l and acc rescaled; returns this lane's probability. A row masked so far keeps exp2
-// finite (base 0).
-template <int DL>
-__device__ __forceinline__ float softmax_step(float s, float& m, float& l, float (&acc)[DL]) {
-  float mx = s;
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-  const float mn = fmaxf(m, mx);
-  const float base = mn == -INFINITY ? 0.f : mn;
-  const float alpha = ptx::exp2_approx(m - base);
-  m = mn;
-  const float pr = ptx::exp2_approx(s - base);
-  l = l * alpha + pr;
-#pragma unroll
-  for (int i = 0; i < DL; ++i) acc[i] *= alpha;
-  return pr;
-}
 
 // One item of <= R rows (R: 1, 2, 4 or 8; the kernel picks the smallest that holds it, so an
 // MHA decode row does 1/8 of the arithmetic of a GQA group of 8).
@@ -176,7 +60,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
   auto slot_offset = [&](int slot) { return (std::int64_t{slot} * p.kv_heads + it.kv_head) * D; };
   // The shared launch's states, read only after wait_for_shared_launch (this launch is the
   // shared one's programmatic dependent, so its blocks may start on SMs the shared grid leaves
-  // free and stream their keys before that grid is done; docs/perf-notes.md v23). One row
+  // free and stream their keys before that grid is done; see perf-notes: v23). One row
   // merging with one shared state (MHA decode: no split, one stacked column) fetches that
   // state, and one row alone in a group of 3..32 columns fetches the columns' lse (lane c
   // column c, for merge_row_in_registers), once its first chunk's keys are in flight, so
@@ -287,12 +171,11 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
 
   // The item's keys in chunks of kChunk: a piece's first half, and its second where it holds
   // more than kChunk keys. A chunk's K and V rows go to sk and sv with cp.async, kRowLanes lanes
-  // per row (coalesced; one lane per key made each load touch 32 rows; perf-notes v9-suffix),
-  // in two copy groups: the next chunk's K is issued as soon as this chunk's scores are in
-  // registers (sk is free), its V as soon as this chunk's P.V is done (sv is free). So each
-  // load runs under half a chunk of arithmetic, with no second stage of shared memory (v37:
-  // K and V of a chunk went out together and were waited on together, the warp idle for every
-  // chunk's round trip). The chunk after next's piece is read while this one computes.
+  // per row (coalesced), in two copy groups: the next chunk's K is issued as soon as this
+  // chunk's scores are in registers (sk is free), its V as soon as this chunk's P.V is done (sv
+  // is free). So each load runs under half a chunk of arithmetic, with no second stage of shared
+  // memory (see perf-notes: Decode stage layout). The chunk after next's piece is read while
+  // this one computes.
   struct Chunk {
     plan::PlanPiece piece;
     int index;  // piece index in p.pieces
@@ -633,9 +516,8 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
     if (lane == 0) p.states.lse[e] = lse[r];
   }
   // Ticket: lane 0 releases the warp's writes (ordered before it by __syncwarp). The only
-  // item of its group needs none (v25): __syncwarp orders its lanes' state writes before their
-  // reads below, and no other warp reads them, so the fences and the atomic ordered nothing
-  // (measured within noise, docs/perf-notes.md v25; kept as the simpler path).
+  // item of its group needs none: __syncwarp orders its lanes' state writes before their reads
+  // below, and no other warp reads them (see perf-notes: v25).
   __syncwarp();
   if (grp.items > 1) {
     if (p.merge_launch) return;  // split_merge_kernel merges the group after this launch
@@ -669,20 +551,18 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
 }
 
 // MinBlocks: what shared memory allows -- 2 for the multi-row builds (88 KB per block), 3 for
-// the narrow one the runner picks when every item has one row (MHA decode; 70 KB per block).
-// Rows: 0 for the general build (items of 1..8 rows: every path), else the one path R = Rows
-// alone, for plans whose items all fit it (decode_build_rows): 1, the narrow build (its Q and
-// p slices are 8x smaller, and the wider paths compiled into it made it spill); 4, items of 3-4
-// rows (a GQA group of 4: llama-3-8b); 8, items of 5-8 rows (a GQA group of 8: the paper's 8/1).
-// The general build's cold paths stalled its warps on instruction fetches; the R = 4 path alone
-// is a third of its code (perf-notes v30, v32). One warp per item; blocks past the plan's item
-// count exit at once.
+// the narrow one (70 KB per block). Rows: 0 for the general build (items of 1..8 rows: every
+// path), else the one path R = Rows alone, for plans whose items all fit it (DecodeBuild,
+// launch_choice.h): 1, the narrow build (its Q and p slices are 8x smaller, and the wider paths
+// compiled into it made it spill); 4, items of 3-4 rows (a GQA group of 4); 8, items of 5-8
+// rows (a GQA group of 8). The general build's cold paths stall its warps on instruction
+// fetches (see perf-notes: Decode kernel builds). One warp per item; blocks past the plan's
+// item count exit at once.
 template <class T, int D, int MinBlocks = 3, int Rows = 0>
 __global__ void __launch_bounds__(DecodeShape<T, D>::kThreads, MinBlocks) decode_attention_kernel(const PagedAttentionParams p) {
   using Shape = DecodeShape<T, D>;
   static_assert(Rows == 0 || Rows == 1 || Rows == 4 || Rows == 8);
   constexpr int L = Shape::layout_rows(Rows);
-  // (Its own name: the mma.sync kernel's `smem` in the same translation unit is 16-byte aligned.)
   extern __shared__ __align__(128) unsigned char decode_smem[];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   float* sq = reinterpret_cast<float*>(decode_smem) + warp * Shape::warp_smem_floats(L);  // [L][D]
@@ -694,7 +574,7 @@ __global__ void __launch_bounds__(DecodeShape<T, D>::kThreads, MinBlocks) decode
   const int item_index = blockIdx.x * Shape::kWarps + warp;
   plan::PlanItem it;
   if (!load_suffix_item(p, item_index, it)) return;  // (plan data: written before the shared launch)
-  if constexpr (Rows != 0) {  // the runner's choice guarantees row_count <= Rows here
+  if constexpr (Rows != 0) {  // the launch choice guarantees row_count <= Rows here
     decode_item<T, D, Rows>(p, it, sq, sp, sk, sv, lane);
   } else {
     if (it.row_count <= 1) decode_item<T, D, 1>(p, it, sq, sp, sk, sv, lane);
