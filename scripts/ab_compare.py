@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Compares the JSON files of gpu-check's ab stage: for each part (mha, mha2, gqa, t81, q64, qsweep, targets, e2e, e2e8b, e2e8b2, docqa) and
-each variant, every point next to the same point of the base variant.
+"""Compares the JSON files of gpu-check's ab stage: for each part (PARTS below: gpu-check's
+ab_parts that write JSON) and each variant, every point next to the same point of the base
+variant.
 
     scripts/ab_compare.py DIR [DIR ...] [--base base]
 
@@ -29,6 +30,13 @@ PARTS = {
     "e2e8b": (("preset", "batch", "prefix", "mode"), "step_ms"),
     "e2e8b2": (("preset", "batch", "prefix", "mode"), "step_ms"),
     "docqa": (("preset", "batch", "mode"), "step_ms"),
+    "twolevel": (("heads", "kv_heads", "batch", "prefix", "suffix", "mode"), "median_ms"),
+    "shared": (("heads", "kv_heads", "batch", "prefix", "suffix", "mode"), "median_ms"),
+    "decode": (("heads", "kv_heads", "batch", "prefix", "suffix", "mode"), "median_ms"),
+    "sweep81": (("heads", "kv_heads", "batch", "prefix", "suffix", "mode"), "median_ms"),
+    "sweep328": (("heads", "kv_heads", "batch", "prefix", "suffix", "mode"), "median_ms"),
+    "sweep4040": (("heads", "kv_heads", "batch", "prefix", "suffix", "mode"), "median_ms"),
+    "e2e13b": (("preset", "batch", "prefix", "mode"), "step_ms"),
 }
 
 
