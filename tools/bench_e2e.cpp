@@ -23,7 +23,7 @@
 #include "model/presets.h"
 #include "model/weights.h"
 #ifdef HYDRAGEN_WITH_CUDA
-#include "backend/cuda/cuda_bench.h"
+#include "bench/cuda/cuda_bench.h"
 #endif
 
 namespace hydragen::bench {

@@ -111,7 +111,8 @@ class CudaModelRunner final : public ModelRunner {
   // working it out queries every kernel's occupancy.
   plan::PlanOptions plan_options(AttentionMode mode) const override {
     auto& cached = plan_options_[static_cast<std::size_t>(mode)];
-    if (!cached) cached = cuda::plan_options_for_device(DType::bf16, static_cast<int>(config().head_dim), mode, true);
+    if (!cached)
+      cached = cuda::plan_options_for_device(DType::bf16, static_cast<int>(config().head_dim), mode, true, kernel_overrides_);
     return *cached;
   }
   double last_step_device_seconds() const override { return last_device_seconds_; }
@@ -281,7 +282,6 @@ class CudaModelRunner final : public ModelRunner {
   // buffers). A plan prepared and not used is replaced.
   void prepare_upload(const plan::AttentionPlan& plan) {
     const cuda::PlanCapacity need = cuda::PlanCapacity::of(plan);
-    const int tile_rows = plan_options(AttentionMode::hydragen).shared_tile_rows;
     if (!attention_ || !attention_capacity_.holds(need)) {
       auto grow = [](std::int64_t v) { return std::max<std::int64_t>(64, v + v / 2); };
       const cuda::PlanCapacity old = attention_ ? attention_capacity_ : cuda::PlanCapacity{};
@@ -292,7 +292,7 @@ class CudaModelRunner final : public ModelRunner {
       destroy_graphs();
       attention_ = std::make_unique<cuda::PagedAttentionRunner>(
           DType::bf16, static_cast<int>(config().head_dim), static_cast<int>(config().num_heads),
-          static_cast<int>(config().num_kv_heads), attention_capacity_, tile_rows);
+          static_cast<int>(config().num_kv_heads), attention_capacity_, kernel_overrides_);
     }
     attention_->prepare(plan);
   }
@@ -364,6 +364,7 @@ class CudaModelRunner final : public ModelRunner {
 
   LlamaCuda model_;
   RunnerOptions options_;
+  const cuda::KernelOverrides kernel_overrides_ = cuda::kernel_overrides_from_environment();  // (read once)
   std::int64_t capacity_ = 0, kv_pages_ = 0;
   LlamaCuda::StepBuffers buffers_;
   PagedKv kv_;

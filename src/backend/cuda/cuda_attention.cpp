@@ -120,7 +120,7 @@ AttentionState tree_attention(const SharingTree& tree, const Tensor& q, const Tr
   HG_CUDA_CHECK(cudaMemset(out_lse.raw(), 0xff, out_lse.bytes()));
 
   PagedAttentionRunner runner(q.dtype(), static_cast<int>(d), static_cast<int>(hq), static_cast<int>(hkv),
-                              PlanCapacity::of(plan), plan_options.shared_tile_rows);
+                              PlanCapacity::of(plan));
   runner.upload(plan);
   runner.poison_states();
   PagedAttentionArgs args;
