@@ -85,14 +85,18 @@ struct SharingTree {
   std::int64_t context_tokens(int sequence) const;  // ancestors' lengths + suffix
 };
 
-// How attention reads shared segments. All three give the same result.
+// How attention reads shared segments. hydragen, paged and dense give the same result; none
+// is the model-level throughput ceiling (attention skipped, projections kept), which no
+// attention call accepts.
 enum class AttentionMode {
   hydragen,  // every segment attended once by the stacked queries of all sequences below it
   paged,     // each sequence reads its whole context itself, prefix from the one shared store
   dense,     // each sequence holds and reads its own contiguous copy of its context
+  none,      // attention skipped (the engine's and benchmarks' ceiling)
 };
 const char* mode_name(AttentionMode mode);
-AttentionMode parse_mode(const std::string& name);  // throws on an unknown name
+// Throws hydragen::Error naming the unknown name and the four accepted ones.
+AttentionMode parse_mode(const std::string& name);
 
 struct TreeAttentionOptions {
   std::optional<float> scale;  // default 1/sqrt(head_dim)

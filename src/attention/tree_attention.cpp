@@ -21,6 +21,8 @@ namespace {
 // all, and, for causal attention with several query tokens, suffixes that hold the queries.
 void check_tree_inputs(const char* function, const SharingTree& tree, const Tensor& q,
                        const TreeAttentionOptions& options) {
+  HG_CHECK(options.mode != AttentionMode::none, function,
+           ": options.mode is none (a model-level mode: attention skipped), expected hydragen, paged or dense");
   tree.validate();
   check_scale(function, options.scale);
   const std::int64_t kv_heads = tree.kv_heads();

@@ -6,23 +6,6 @@
 
 namespace hydragen::engine {
 
-const char* choice_name(AttentionChoice choice) {
-  switch (choice) {
-    case AttentionChoice::hydragen: return "hydragen";
-    case AttentionChoice::paged: return "paged";
-    case AttentionChoice::dense: return "dense";
-    case AttentionChoice::none: return "none";
-  }
-  return "?";
-}
-
-AttentionChoice parse_choice(const std::string& name) {
-  for (AttentionChoice c : {AttentionChoice::hydragen, AttentionChoice::paged, AttentionChoice::dense,
-                            AttentionChoice::none})
-    if (name == choice_name(c)) return c;
-  fail("unknown attention mode '", name, "': expected hydragen, paged, dense or none");
-}
-
 namespace {
 
 class CpuModelRunner final : public ModelRunner {

@@ -191,6 +191,7 @@ AttentionState tree_attention(const SharingTree& tree, const TreePlan& plan, con
     case AttentionMode::hydragen: return hydragen_mode(in);
     case AttentionMode::paged: return paged_mode(in);
     case AttentionMode::dense: return dense_mode(in);
+    case AttentionMode::none: break;  // refused by tree_attention
   }
   return hydragen_mode(in);
 }
