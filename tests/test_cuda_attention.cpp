@@ -100,11 +100,12 @@ void check_against_reference(const TreeShape& shape, DType dtype, AttentionMode 
   const Tensor q = testing::random_tensor({tree.query_rows(), hq, shape.head_dim}, dtype, rng);
   TreeAttentionOptions options;
   options.mode = mode;
+  options.page_size = page_size;
   const AttentionState ref = reference_tree_attention(tree, q, options);
-  const AttentionState out = cuda::tree_attention(tree, q.to(Device::cuda), options, page_size);
-  const double error = relative_norm_error(out.o, ref.o);
-  EXPECT_LE(error, 5e-3) << what;
-  expect_lse_near(out.lse, ref.lse, what);
+  const AttentionState out = tree_attention(tree, q.to(Device::cuda), options);
+  EXPECT_TRUE(out.o.device() == Device::cuda && out.lse.device() == Device::cuda) << what << ": the result stays on the device";
+  EXPECT_LE(relative_norm_error(out.o.to(Device::cpu), ref.o), 5e-3) << what;
+  expect_lse_near(out.lse.to(Device::cpu), ref.lse, what);
 }
 #endif
 
@@ -1045,6 +1046,52 @@ TEST(CudaDispatch, SuffixItemSummaryAndTheNarrowBuild) {
 #endif
 }
 
+// tree_attention with the tree's K/V already on the device: device-side copies into the pool
+// (one suffix a strided view, every other token row of a wider buffer), the result left on the
+// device; two calls in a row with nothing waited for between them, then both against the
+// float64 reference. Device K/V of another dtype than q are refused by name.
+TEST(CudaAttention, TreeAttentionOverDeviceKvStaysOnTheDevice) {
+  SKIP_WITHOUT_GPU();
+#ifdef HYDRAGEN_WITH_CUDA
+  Rng rng;
+  SCOPED_TRACE(rng.trace());
+  TreeShape shape;
+  shape.depth = 2, shape.batch = 16, shape.hkv = 2, shape.groups = 4, shape.max_query_tokens = 3;
+  const SharingTree host_tree = random_tree(shape, DType::bf16, rng);
+  SharingTree device_tree = host_tree, f32_tree = host_tree;
+  for (auto* tree : {&device_tree, &f32_tree}) {
+    const DType dtype = tree == &f32_tree ? DType::f32 : DType::bf16;
+    for (Segment& s : tree->segments) s.k = s.k.to(dtype).to(Device::cuda), s.v = s.v.to(dtype).to(Device::cuda);
+    for (Sequence& s : tree->sequences) s.k = s.k.to(dtype).to(Device::cuda), s.v = s.v.to(dtype).to(Device::cuda);
+  }
+  const Tensor& suffix = host_tree.sequences[0].k;
+  Tensor wide = Tensor::zeros({suffix.size(0), 2, suffix.size(1), suffix.size(2)}, DType::bf16);
+  wide.select(1, 0).copy_from(suffix);
+  device_tree.sequences[0].k = wide.to(Device::cuda).select(1, 0);  // token rows 2 x Hkv x d apart
+  const std::int64_t hq = std::int64_t{shape.hkv} * shape.groups;
+  const Tensor q = testing::random_tensor({host_tree.query_rows(), hq, shape.head_dim}, DType::bf16, rng);
+  const Tensor q_device = q.to(Device::cuda);
+  const AttentionState ref = reference_tree_attention(host_tree, q);
+  TreeAttentionOptions hydragen_options, dense_options;
+  dense_options.mode = AttentionMode::dense;
+  const AttentionState results[2] = {tree_attention(device_tree, q_device, hydragen_options),
+                                     tree_attention(device_tree, q_device, dense_options)};
+  for (const AttentionState& out : results) {
+    const std::string what = &out == &results[0] ? "hydragen" : "dense";
+    EXPECT_TRUE(out.o.device() == Device::cuda && out.o.dtype() == DType::bf16) << what;
+    EXPECT_TRUE(out.lse.device() == Device::cuda && out.lse.dtype() == DType::f32) << what;
+    EXPECT_LE(relative_norm_error(out.o.to(Device::cpu), ref.o), 5e-3) << what;
+    expect_lse_near(out.lse.to(Device::cpu), ref.lse, what);
+  }
+  try {
+    tree_attention(f32_tree, q_device);
+    FAIL() << "f32 K/V on the device under a bf16 q should throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("segment 0 k is f32 on cuda, expected bf16"), std::string::npos) << e.what();
+  }
+#endif
+}
+
 TEST(CudaAttention, UnsupportedHeadDimIsAClearError) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA
@@ -1055,7 +1102,7 @@ TEST(CudaAttention, UnsupportedHeadDimIsAClearError) {
   const SharingTree tree = random_tree(shape, DType::bf16, rng);
   const Tensor q = testing::random_tensor({tree.query_rows(), 8, 80}, DType::bf16, rng).to(Device::cuda);
   try {
-    cuda::tree_attention(tree, q);
+    tree_attention(tree, q);
     FAIL() << "head_dim 80 should throw";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("head_dim 80"), std::string::npos) << e.what();
@@ -1166,25 +1213,27 @@ TEST(CudaAttention, GraphReplayFollowsTheUploadedPlan) {
 #ifdef HYDRAGEN_WITH_CUDA
   Rng rng;
   SCOPED_TRACE(rng.trace());
-  TreeShape shape;
-  shape.depth = 2;
-  shape.batch = 24;
+  testing::PagedShape shape;
+  shape.groups = 8, shape.head_dim = 128, shape.depth = 2, shape.fanout = 4, shape.batch = 24;
+  shape.segment_lengths = {0, 1, 7, 65, 130, 513};
   shape.max_query_tokens = 2;
-  const std::int64_t hq = 8, d = 128, page = 64;
-  const SharingTree trees[2] = {random_tree(shape, DType::bf16, rng), random_tree(shape, DType::bf16, rng)};
+  shape.round_to_bf16 = true;
+  const std::int64_t hq = 8, d = 128, page = shape.page_size;
+  const testing::PagedCase cases[2] = {testing::random_paged_case(shape, rng), testing::random_paged_case(shape, rng)};
+  const SharingTree trees[2] = {cases[0].tree, cases[1].tree};
   const plan::PlanOptions plan_options = cuda::plan_options_for_device(DType::bf16, d, AttentionMode::hydragen, true);
-  cuda::PagedTreeImage images[2];
+  Tensor k_images[2], v_images[2];  // the pools in bf16 on the host
   plan::AttentionPlan plans[2], split_plans[2];
   plan::PlanOptions split_options = plan_options;
   split_options.suffix_min_split_tokens = 16;
   split_options.suffix_tile_rows = plan::kSuffixTileRows;
   std::int64_t pool_elems = 8, rows = 1;
   for (int i = 0; i < 2; ++i) {
-    images[i] = cuda::page_tree(trees[i], hq, DType::bf16, page, false);
-    plans[i] = plan::build_attention_plan(images[i].layout, plan_options);
-    split_plans[i] = plan::build_attention_plan(images[i].layout, split_options);
+    k_images[i] = cases[i].k_pool.to(DType::bf16), v_images[i] = cases[i].v_pool.to(DType::bf16);
+    plans[i] = plan::build_attention_plan(cases[i].layout, plan_options);
+    split_plans[i] = plan::build_attention_plan(cases[i].layout, split_options);
     ASSERT_GT(cuda::SuffixItemSummary::of(split_plans[i]).split_rows, 0) << "tree " << i;
-    pool_elems = std::max<std::int64_t>(pool_elems, images[i].k.size());
+    pool_elems = std::max<std::int64_t>(pool_elems, k_images[i].numel());
     rows = std::max(rows, trees[i].query_rows());
   }
   Tensor k_pool = Tensor::empty({pool_elems}, DType::bf16, Device::cuda);
@@ -1223,8 +1272,8 @@ TEST(CudaAttention, GraphReplayFollowsTheUploadedPlan) {
       for (int i = 0; i < 2; ++i) {
         const Tensor qi = testing::random_tensor({trees[i].query_rows(), hq, d}, DType::bf16, rng);
         ASSERT_EQ(cudaMemcpy(q.raw(), qi.raw(), qi.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
-        ASSERT_EQ(cudaMemcpy(k_pool.raw(), images[i].k.data(), images[i].k.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
-        ASSERT_EQ(cudaMemcpy(v_pool.raw(), images[i].v.data(), images[i].v.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(k_pool.raw(), k_images[i].raw(), k_images[i].bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(v_pool.raw(), v_images[i].raw(), v_images[i].bytes(), cudaMemcpyHostToDevice), cudaSuccess);
         runner.poison_states();
         ASSERT_EQ(cudaMemset(out.raw(), 0xff, out.bytes()), cudaSuccess);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);

@@ -1,4 +1,5 @@
 // The CPU ModelRunner: Llama::forward_paged over an f32 page pool, sampling on the CPU.
+#include "backend/cpu/paged_attention_cpu.h"
 #include "engine/model_runner.h"
 #include "hydragen/error.h"
 #include "model/llama.h"
@@ -22,11 +23,7 @@ class CpuModelRunner final : public ModelRunner {
   std::int64_t kv_bytes_per_token() const override { return PagedKv::bytes_per_token(config(), DType::f32); }
   std::string device_name() const override { return "cpu"; }
   std::int64_t max_step_rows() const override { return std::int64_t{1} << 30; }
-  plan::PlanOptions plan_options(AttentionMode mode) const override {
-    plan::PlanOptions options;
-    options.mode = mode;
-    return options;
-  }
+  plan::PlanOptions plan_options(AttentionMode mode) const override { return cpu::plan_options(mode, true); }
 
   SampledTokens step(const StepRows& rows, const plan::AttentionPlan* plan, const StepSampling* sampling,
                      const std::function<void()>& while_running, bool /*plan_prepared*/) override {

@@ -213,6 +213,13 @@ void run_item(const AttentionPlan& plan, const PlanItem& it, const Dims& d, cons
 
 }  // namespace
 
+plan::PlanOptions plan_options(AttentionMode mode, bool causal) {
+  plan::PlanOptions options;
+  options.mode = mode;
+  options.causal = causal;
+  return options;
+}
+
 void run_attention_plan(const AttentionPlan& plan, const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                         Tensor& out, Tensor* out_lse, float scale) {
   check_f32("q", q, 3, "[query_rows, Hq, D]");
