@@ -221,6 +221,8 @@ plan::PlanOptions plan_options(AttentionMode mode, bool causal) {
   plan::PlanOptions options;
   options.mode = mode;
   options.causal = causal;
+  // The items run on the thread pool: split-KV only fills its workers (the defaults are the H200's SMs).
+  options.shared_slots = options.suffix_slots = ThreadPool::global().workers();
   return options;
 }
 

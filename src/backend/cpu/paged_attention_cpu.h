@@ -19,7 +19,8 @@ void run_attention_plan(const plan::AttentionPlan& plan, const Tensor& q, const 
                         Tensor& out, Tensor* out_lse = nullptr, float scale = 0.f);
 
 // The plan options of the CPU's steps (the twin of cuda::plan_options_for_device): the
-// defaults, for `mode` (hydragen, paged or dense) and `causal`.
+// defaults for `mode` (hydragen, paged or dense) and `causal`, split-KV filling the thread
+// pool's workers rather than the H200's SMs.
 plan::PlanOptions plan_options(AttentionMode mode, bool causal);
 
 }  // namespace hydragen::cpu
