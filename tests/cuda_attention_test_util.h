@@ -1,5 +1,5 @@
 // What the CUDA attention tests share: random trees, the one error metric (relative norm of o,
-// no NaN) and the lse check, the float64 reference through cuda::tree_attention, and a plan run
+// no NaN) and the lse check, the float64 reference through tree_attention, and a plan run
 // on the device by PagedAttentionRunner with outputs poisoned first.
 #pragma once
 
@@ -88,11 +88,12 @@ inline void check_against_reference(const TreeShape& shape, DType dtype, Attenti
   const Tensor q = testing::random_tensor({tree.query_rows(), hq, shape.head_dim}, dtype, rng);
   TreeAttentionOptions options;
   options.mode = mode;
+  options.page_size = page_size;
   const AttentionState ref = reference_tree_attention(tree, q, options);
-  const AttentionState out = cuda::tree_attention(tree, q.to(Device::cuda), options, page_size);
-  const double error = relative_norm_error(out.o, ref.o);
-  EXPECT_LE(error, 5e-3) << what;
-  expect_lse_near(out.lse, ref.lse, what);
+  const AttentionState out = tree_attention(tree, q.to(Device::cuda), options);
+  EXPECT_TRUE(out.o.device() == Device::cuda && out.lse.device() == Device::cuda) << what << ": the result stays on the device";
+  EXPECT_LE(relative_norm_error(out.o.to(Device::cpu), ref.o), 5e-3) << what;
+  expect_lse_near(out.lse.to(Device::cpu), ref.lse, what);
 }
 #endif
 

@@ -205,6 +205,52 @@ TEST(CudaAttention, FullTilePlansMatchReferenceInF16AndBf16) {
 #endif
 }
 
+// tree_attention with the tree's K/V already on the device: device-side copies into the pool
+// (one suffix a strided view, every other token row of a wider buffer), the result left on the
+// device; two calls in a row with nothing waited for between them, then both against the
+// float64 reference. Device K/V of another dtype than q are refused by name.
+TEST(CudaAttention, TreeAttentionOverDeviceKvStaysOnTheDevice) {
+  SKIP_WITHOUT_GPU();
+#ifdef HYDRAGEN_WITH_CUDA
+  Rng rng;
+  SCOPED_TRACE(rng.trace());
+  TreeShape shape;
+  shape.depth = 2, shape.batch = 16, shape.hkv = 2, shape.groups = 4, shape.max_query_tokens = 3;
+  const SharingTree host_tree = random_tree(shape, DType::bf16, rng);
+  SharingTree device_tree = host_tree, f32_tree = host_tree;
+  for (auto* tree : {&device_tree, &f32_tree}) {
+    const DType dtype = tree == &f32_tree ? DType::f32 : DType::bf16;
+    for (Segment& s : tree->segments) s.k = s.k.to(dtype).to(Device::cuda), s.v = s.v.to(dtype).to(Device::cuda);
+    for (Sequence& s : tree->sequences) s.k = s.k.to(dtype).to(Device::cuda), s.v = s.v.to(dtype).to(Device::cuda);
+  }
+  const Tensor& suffix = host_tree.sequences[0].k;
+  Tensor wide = Tensor::zeros({suffix.size(0), 2, suffix.size(1), suffix.size(2)}, DType::bf16);
+  wide.select(1, 0).copy_from(suffix);
+  device_tree.sequences[0].k = wide.to(Device::cuda).select(1, 0);  // token rows 2 x Hkv x d apart
+  const std::int64_t hq = std::int64_t{shape.hkv} * shape.groups;
+  const Tensor q = testing::random_tensor({host_tree.query_rows(), hq, shape.head_dim}, DType::bf16, rng);
+  const Tensor q_device = q.to(Device::cuda);
+  const AttentionState ref = reference_tree_attention(host_tree, q);
+  TreeAttentionOptions hydragen_options, dense_options;
+  dense_options.mode = AttentionMode::dense;
+  const AttentionState results[2] = {tree_attention(device_tree, q_device, hydragen_options),
+                                     tree_attention(device_tree, q_device, dense_options)};
+  for (const AttentionState& out : results) {
+    const std::string what = &out == &results[0] ? "hydragen" : "dense";
+    EXPECT_TRUE(out.o.device() == Device::cuda && out.o.dtype() == DType::bf16) << what;
+    EXPECT_TRUE(out.lse.device() == Device::cuda && out.lse.dtype() == DType::f32) << what;
+    EXPECT_LE(relative_norm_error(out.o.to(Device::cpu), ref.o), 5e-3) << what;
+    expect_lse_near(out.lse.to(Device::cpu), ref.lse, what);
+  }
+  try {
+    tree_attention(f32_tree, q_device);
+    FAIL() << "f32 K/V on the device under a bf16 q should throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("segment 0 k is f32 on cuda, expected bf16"), std::string::npos) << e.what();
+  }
+#endif
+}
+
 TEST(CudaAttention, UnsupportedHeadDimIsAClearError) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA
@@ -215,7 +261,7 @@ TEST(CudaAttention, UnsupportedHeadDimIsAClearError) {
   const SharingTree tree = testing::random_tree(shape, DType::bf16, rng);
   const Tensor q = testing::random_tensor({tree.query_rows(), 8, 80}, DType::bf16, rng).to(Device::cuda);
   try {
-    cuda::tree_attention(tree, q);
+    tree_attention(tree, q);
     FAIL() << "head_dim 80 should throw";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("head_dim 80"), std::string::npos) << e.what();

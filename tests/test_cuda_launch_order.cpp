@@ -131,25 +131,27 @@ TEST(CudaAttention, GraphReplayFollowsTheUploadedPlan) {
 #ifdef HYDRAGEN_WITH_CUDA
   Rng rng;
   SCOPED_TRACE(rng.trace());
-  TreeShape shape;
-  shape.depth = 2;
-  shape.batch = 24;
+  testing::PagedShape shape;
+  shape.groups = 8, shape.head_dim = 128, shape.depth = 2, shape.fanout = 4, shape.batch = 24;
+  shape.segment_lengths = {0, 1, 7, 65, 130, 513};
   shape.max_query_tokens = 2;
-  const std::int64_t hq = 8, d = 128, page = 64;
-  const SharingTree trees[2] = {testing::random_tree(shape, DType::bf16, rng), testing::random_tree(shape, DType::bf16, rng)};
+  shape.round_to_bf16 = true;
+  const std::int64_t hq = 8, d = 128, page = shape.page_size;
+  const testing::PagedCase cases[2] = {testing::random_paged_case(shape, rng), testing::random_paged_case(shape, rng)};
+  const SharingTree trees[2] = {cases[0].tree, cases[1].tree};
   const plan::PlanOptions plan_options = cuda::plan_options_for_device(DType::bf16, d, AttentionMode::hydragen, true);
-  cuda::PagedTreeImage images[2];
+  Tensor k_images[2], v_images[2];  // the pools in bf16 on the host
   plan::AttentionPlan plans[2], split_plans[2];
   plan::PlanOptions split_options = plan_options;
   split_options.suffix_min_split_tokens = 16;
   split_options.suffix_tile_rows = plan::kSuffixTileRows;
   std::int64_t pool_elems = 8, rows = 1;
   for (int i = 0; i < 2; ++i) {
-    images[i] = cuda::page_tree(trees[i], hq, DType::bf16, page, false);
-    plans[i] = plan::build_attention_plan(images[i].layout, plan_options);
-    split_plans[i] = plan::build_attention_plan(images[i].layout, split_options);
+    k_images[i] = cases[i].k_pool.to(DType::bf16), v_images[i] = cases[i].v_pool.to(DType::bf16);
+    plans[i] = plan::build_attention_plan(cases[i].layout, plan_options);
+    split_plans[i] = plan::build_attention_plan(cases[i].layout, split_options);
     ASSERT_GT(cuda::PlanSummary::of(split_plans[i]).split_rows, 0) << "tree " << i;
-    pool_elems = std::max<std::int64_t>(pool_elems, images[i].k.size());
+    pool_elems = std::max<std::int64_t>(pool_elems, k_images[i].numel());
     rows = std::max(rows, trees[i].query_rows());
   }
   Tensor k_pool = Tensor::empty({pool_elems}, DType::bf16, Device::cuda);
@@ -189,8 +191,8 @@ TEST(CudaAttention, GraphReplayFollowsTheUploadedPlan) {
       for (int i = 0; i < 2; ++i) {
         const Tensor qi = testing::random_tensor({trees[i].query_rows(), hq, d}, DType::bf16, rng);
         ASSERT_EQ(cudaMemcpy(q.raw(), qi.raw(), qi.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
-        ASSERT_EQ(cudaMemcpy(k_pool.raw(), images[i].k.data(), images[i].k.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
-        ASSERT_EQ(cudaMemcpy(v_pool.raw(), images[i].v.data(), images[i].v.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(k_pool.raw(), k_images[i].raw(), k_images[i].bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(v_pool.raw(), v_images[i].raw(), v_images[i].bytes(), cudaMemcpyHostToDevice), cudaSuccess);
         runner.poison_states();
         ASSERT_EQ(cudaMemset(out.raw(), 0xff, out.bytes()), cudaSuccess);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);

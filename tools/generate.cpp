@@ -112,7 +112,7 @@ class Progress {
 
 GenerateSummary run_generate(const GenerateOptions& o, std::FILE* out, std::FILE* log) {
   check_options(o);
-  const engine::AttentionChoice attention = engine::parse_choice(o.attention);
+  const AttentionMode attention = parse_mode(o.attention);
   const ModelConfig config = o.model_dir.empty() ? load_preset(o.random_preset) : load_model_config(o.model_dir);
 
   std::unique_ptr<Tokenizer> tokenizer;
@@ -272,7 +272,7 @@ GenerateSummary run_generate(const GenerateOptions& o, std::FILE* out, std::FILE
                "  prefill: %lld tokens, %.3f s\n"
                "  KV:      peak %.3f GiB (%lld pages of %d tokens); tokens stored once %lld vs %lld per sequence (%.1fx)\n",
                static_cast<long long>(summary.completions), static_cast<long long>(summary.errors),
-               static_cast<long long>(summary.tokens), runner->device_name().c_str(), engine::choice_name(attention),
+               static_cast<long long>(summary.tokens), runner->device_name().c_str(), mode_name(attention),
                static_cast<long long>(st.decode_tokens), static_cast<long long>(st.decode_steps),
                static_cast<long long>(st.overlapped_steps), static_cast<long long>(st.dropped_rows), st.decode_seconds,
                st.decode_seconds > 0 ? st.decode_tokens / st.decode_seconds : 0.0,

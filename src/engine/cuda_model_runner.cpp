@@ -386,7 +386,7 @@ class CudaModelRunner final : public ModelRunner {
   float* out_logprobs_ = nullptr;  // out_tokens_ + capacity_
   GraphMap graphs_;
   bool graphs_ok_ = true;
-  mutable std::array<std::optional<plan::PlanOptions>, 3> plan_options_;  // per AttentionMode
+  mutable std::array<std::optional<plan::PlanOptions>, 4> plan_options_;  // per AttentionMode
   double last_device_seconds_ = -1;
 };
 

@@ -188,6 +188,9 @@ bool one_row_suffix_items(std::int64_t sequences, int kv_heads, int groups, bool
 
 AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions& options) {
   validate_layout(layout);
+  HG_CHECK(options.mode != AttentionMode::none,
+           "build_attention_plan: options.mode is none (attention skipped: no plan to build), expected hydragen, "
+           "paged or dense");
   HG_CHECK(options.shared_tile_rows == 64 || options.shared_tile_rows == 128,
            "build_attention_plan: shared_tile_rows must be 64 or 128, got ", options.shared_tile_rows);
   HG_CHECK(options.suffix_tile_rows >= kSuffixTileRowsByRule && options.suffix_tile_rows <= kSuffixTileRows,

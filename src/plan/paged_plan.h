@@ -148,7 +148,7 @@ struct AttentionPlan {
 };
 
 struct PlanOptions {
-  AttentionMode mode = AttentionMode::hydragen;  // paged and dense fold every segment
+  AttentionMode mode = AttentionMode::hydragen;  // paged and dense fold every segment; none is refused
   bool causal = true;
   // Stacking rule (tests override these to force both paths).
   int min_sharers_to_stack = kMinSharersToStack;
