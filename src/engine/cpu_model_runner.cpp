@@ -1,5 +1,8 @@
 // The CPU ModelRunner: Llama::forward_paged over an f32 page pool, sampling on the CPU.
 #include "engine/model_runner.h"
+
+#include <algorithm>
+
 #include "hydragen/error.h"
 #include "model/llama.h"
 #include "model/model_ops.h"
@@ -57,7 +60,11 @@ class CpuModelRunner final : public ModelRunner {
              rows.size(), " rows");
     out.tokens.resize(sampling->params.size());
     out.logprobs.resize(sampling->params.size());
-    sample::sample_rows(logits, sampling->params, sampling->steps, out.tokens, out.logprobs);
+    if (std::any_of(sampling->params.begin(), sampling->params.end(),
+                    [](const sample::SamplingParams& p) { return p.logprobs > 0; }))
+      out.top.resize(sampling->params.size() * sample::kMaxTopLogprobs);
+    sample::sample_rows(logits, sampling->params, sampling->steps, rows.tokens, sampling->history, out.tokens,
+                        out.logprobs, out.top);
     return out;
   }
 
