@@ -1,6 +1,9 @@
 // The CPU ModelRunner: Llama::forward_paged over an f32 page pool, sampling on the CPU.
 #include "backend/cpu/paged_attention_cpu.h"
 #include "engine/model_runner.h"
+
+#include <algorithm>
+
 #include "hydragen/error.h"
 #include "model/llama.h"
 #include "model/model_ops.h"
@@ -37,7 +40,11 @@ class CpuModelRunner final : public ModelRunner {
              rows.size(), " rows");
     out.tokens.resize(sampling->params.size());
     out.logprobs.resize(sampling->params.size());
-    sample::sample_rows(logits, sampling->params, sampling->steps, out.tokens, out.logprobs);
+    if (std::any_of(sampling->params.begin(), sampling->params.end(),
+                    [](const sample::SamplingParams& p) { return p.logprobs > 0; }))
+      out.top.resize(sampling->params.size() * sample::kMaxTopLogprobs);
+    sample::sample_rows(logits, sampling->params, sampling->steps, rows.tokens, sampling->history, out.tokens,
+                        out.logprobs, out.top);
     return out;
   }
 

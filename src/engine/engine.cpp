@@ -73,6 +73,7 @@ struct Engine::Sequence {
   std::int64_t own_tokens = 0;  // tokens whose K/V is in `pages`
   std::int32_t next_token = 0;
   int in_flight = 0;  // decode steps launched with it and not yet collected (overlap_steps)
+  sample::HeldTokens held;  // its tokens counted for the penalties (decode_inputs)
 
   std::int64_t context() const { return (leaf >= 0 ? shared_tokens : 0) + own_tokens; }
 };
@@ -430,8 +431,10 @@ void Engine::decode_inputs(const plan::PagedLayout& layout, int ahead, StepRows&
     rows.tokens.push_back(seq->next_token);  // (ahead 1: the runner takes the token from the step in flight)
     rows.positions.push_back(static_cast<std::int32_t>(seq->context() + ahead));
     rows.slots.push_back(slot_of(seq->pages, 0, seq->own_tokens + ahead, ps));
+    const std::vector<std::int32_t>& generated = completions_[seq->completion].tokens;
     sampling.params.push_back(seq->params);
-    sampling.steps.push_back(completions_[seq->completion].tokens.size() + ahead);
+    sampling.steps.push_back(generated.size() + ahead);
+    seq->held.append_row(seq->params, seq->request->prompt, generated, sampling.steps.back(), sampling.history);
     stored += seq->own_tokens + 1 + ahead;
     per_sequence += seq->context() + 1 + ahead;
   }

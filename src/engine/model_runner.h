@@ -34,14 +34,20 @@ struct RunnerOptions {
   bool cuda_graphs = true;
 };
 
-// A decode step's sampling: params and the generation step of each row (the random stream).
+// A decode step's sampling: params and the generation step of each row (the random stream),
+// and the penalty history of each row (sample::HeldTokens; rows without penalties hold
+// none). Rows' input tokens (StepRows::tokens) complete the history.
 struct StepSampling {
   std::vector<sample::SamplingParams> params;
   std::vector<std::uint64_t> steps;
+  sample::TokenHistory history;
 };
 struct SampledTokens {
   std::vector<std::int32_t> tokens;
   std::vector<float> logprobs;
+  // Row r's top-N (N = its params' logprobs), most likely first: top[r * kMaxTopLogprobs + j]
+  // for j < min(N, vocab). Empty when no row of the step asked for any.
+  std::vector<sample::TokenLogprob> top;
 };
 
 class ModelRunner {
