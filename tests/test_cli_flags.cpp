@@ -101,12 +101,17 @@ TEST(GenerateFlags, ValuesAreCheckedWhenParsed) {
     return parse_generate(args).error;
   };
   EXPECT_EQ(error_with({}), "");
-  EXPECT_THAT(error_with({"--temperature", "-1"}), HasSubstr("--temperature must be a finite number >= 0"));
+  EXPECT_THAT(error_with({"--temperature", "-1"}),
+              HasSubstr("--temperature must be finite and >= 0 (0 = greedy), got -1"));
   EXPECT_THAT(error_with({"--temperature", "nan"}), HasSubstr("--temperature: expected a finite number"));
   EXPECT_THAT(error_with({"--top-p", "2"}), HasSubstr("--top-p must be in (0, 1]"));
   EXPECT_THAT(error_with({"--top-p", "0"}), HasSubstr("--top-p must be in (0, 1]"));
   EXPECT_THAT(error_with({"--min-p", "1.5"}), HasSubstr("--min-p must be in [0, 1]"));
   EXPECT_THAT(error_with({"--top-k", "-1"}), HasSubstr("--top-k"));
+  EXPECT_THAT(error_with({"--presence-penalty", "3"}), HasSubstr("--presence-penalty must be in [-2, 2] (0 = off), got 3"));
+  EXPECT_THAT(error_with({"--frequency-penalty", "-2.5"}), HasSubstr("--frequency-penalty must be in [-2, 2]"));
+  EXPECT_THAT(error_with({"--repetition-penalty", "0"}), HasSubstr("--repetition-penalty must be finite and > 0"));
+  EXPECT_THAT(error_with({"--repetition-penalty", "inf"}), HasSubstr("--repetition-penalty: expected a finite number"));
   EXPECT_THAT(error_with({"--samples", "0"}), HasSubstr("--samples: expected an integer in [1, 1048576]"));
   EXPECT_THAT(error_with({"--max-new-tokens", "0"}), HasSubstr("--max-new-tokens"));
   EXPECT_THAT(error_with({"--page-size", "48"}), HasSubstr("--page-size: expected 16, 32, 64 or 128"));

@@ -52,8 +52,7 @@ TEST(NonFiniteAttention, NanScoresMakeTheRowNanNotEmpty) {
 // A NaN in a weight (here placed after load, which refuses it) never comes out as tokens, in
 // any attention mode: the run ends in an error.
 TEST(NonFiniteAttention, NanWeightNeverGivesTokens) {
-  for (engine::AttentionChoice mode :
-       {engine::AttentionChoice::hydragen, engine::AttentionChoice::paged, engine::AttentionChoice::dense}) {
+  for (AttentionMode mode : {AttentionMode::hydragen, AttentionMode::paged, AttentionMode::dense}) {
     test::FixtureModel m = test::load_fixture_model("tiny-llama");
     m.weights.layers[0].wq.data<float>()[5 * m.config.hidden_size + 3] = kNan;  // row 5: head 0's q
     engine::RunnerOptions options;
@@ -67,7 +66,7 @@ TEST(NonFiniteAttention, NanWeightNeverGivesTokens) {
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("NaN"), std::string::npos) << e.what();
     }
-    EXPECT_FALSE(produced_tokens) << engine::choice_name(mode);
+    EXPECT_FALSE(produced_tokens) << mode_name(mode);
   }
 }
 

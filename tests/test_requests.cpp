@@ -36,8 +36,12 @@ TEST(RequestLines, MalformedLinesNameTheField) {
   EXPECT_THAT(line_error(R"({"prompt_ids": [1], "n": 1e30})"), HasSubstr("\"n\" must be an integer"));
   EXPECT_THAT(line_error(R"({"prompt_ids": [1], "max_tokens": 0})"), HasSubstr("\"max_tokens\" is out of range"));
   EXPECT_THAT(line_error(R"({"prompt_ids": [4294967296]})"), HasSubstr("\"prompt_ids\" is out of range"));
-  EXPECT_THAT(line_error(R"({"prompt_ids": [1], "temperature": -1})"), HasSubstr("\"temperature\" must be a finite"));
+  EXPECT_THAT(line_error(R"({"prompt_ids": [1], "temperature": -1})"), HasSubstr("\"temperature\" must be finite"));
   EXPECT_THAT(line_error(R"({"prompt_ids": [1], "top_p": 2})"), HasSubstr("\"top_p\" must be in (0, 1]"));
+  EXPECT_THAT(line_error(R"({"prompt_ids": [1], "presence_penalty": 2.5})"),
+              HasSubstr("\"presence_penalty\" must be in [-2, 2]"));
+  EXPECT_THAT(line_error(R"({"prompt_ids": [1], "repetition_penalty": -1})"),
+              HasSubstr("\"repetition_penalty\" must be finite and > 0"));
   EXPECT_THAT(line_error(R"({"prompt_ids": [1], "stop": ""})"), HasSubstr("\"stop\" holds an empty string"));
   EXPECT_THAT(line_error(R"({"prompt_ids": [1], "stop": [1]})"), HasSubstr("\"stop\" must be a string or an array"));
   EXPECT_THAT(line_error(R"({"prompt_ids": [1], "max_tokens": 3, "max_new_tokens": 3})"),

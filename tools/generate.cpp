@@ -66,7 +66,7 @@ engine::GenerationRequest request_defaults(const GenerateOptions& o, const Model
   engine::GenerationRequest defaults;
   defaults.n = o.samples;
   defaults.max_new_tokens = o.max_new_tokens;
-  defaults.sampling = {o.temperature, o.top_k, o.top_p, o.min_p, o.seed};
+  defaults.sampling = sampling_of(o);
   defaults.stop_strings = o.stop;
   defaults.stop_token_ids = o.stop_ids;
   if (o.ignore_eos || o.model_dir.empty()) return defaults;
@@ -156,7 +156,7 @@ std::string request_name(std::size_t r, const ParsedRequest& request) {
 GenerateSummary run_generate(const GenerateOptions& o, std::FILE* out, std::FILE* log) {
   check_generate_flags(o, log);
   const std::string device = pick_device(o.device);
-  const engine::AttentionChoice attention = engine::parse_choice(o.attention);
+  const AttentionMode attention = parse_mode(o.attention);
   HG_CHECK(o.model_dir.empty() || std::filesystem::is_directory(o.model_dir), "-m: '", o.model_dir,
            "' is not a directory");
   const ModelConfig config = o.model_dir.empty() ? load_preset(o.random_preset) : load_model_config(o.model_dir);
@@ -270,7 +270,7 @@ GenerateSummary run_generate(const GenerateOptions& o, std::FILE* out, std::FILE
   }
   std::fflush(out);
   print_summary(log, summary, engine.stats(),
-                {runner->device_name(), engine::choice_name(attention), runner->page_size(), runner->kv_pages(),
+                {runner->device_name(), mode_name(attention), runner->page_size(), runner->kv_pages(),
                  runner->kv_bytes_per_token()});
   return summary;
 }

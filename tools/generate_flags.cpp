@@ -33,6 +33,14 @@ void check_ids_below(const std::vector<std::int32_t>& ids, const char* flag, std
 
 }  // namespace
 
+sample::SamplingParams sampling_of(const GenerateOptions& o) {
+  sample::SamplingParams p;
+  p.temperature = o.temperature, p.top_k = o.top_k, p.top_p = o.top_p, p.min_p = o.min_p, p.seed = o.seed;
+  p.presence_penalty = o.presence_penalty, p.frequency_penalty = o.frequency_penalty;
+  p.repetition_penalty = o.repetition_penalty;
+  return p;
+}
+
 void add_generate_flags(CLI::App& cmd, GenerateOptions& o) {
   GenerateOptions* p = &o;
   cmd.add_option("-m,--model", o.model_dir, "Hugging Face model directory (config.json, safetensors, tokenizer)");
@@ -47,7 +55,8 @@ void add_generate_flags(CLI::App& cmd, GenerateOptions& o) {
   cmd.add_option("--requests", o.requests_file,
                  "JSONL, one request per line (- for standard input): prompt (text or token ids) | prompt_ids | "
                  "segments | segment_ids, and optional n (samples), max_tokens (or max_new_tokens), temperature, "
-                 "top_p, top_k, min_p, seed, stop (a string or a list), stop_token_ids");
+                 "top_p, top_k, min_p, seed, stop (a string or a list), stop_token_ids, presence_penalty, "
+                 "frequency_penalty, repetition_penalty");
   add_parsed(cmd, "--samples", "N", "Completions per prompt (what OpenAI and vLLM call n); they share the prompt's K/V. "
              "At --temperature 0 they are identical", "1",
              [p](const std::string& t, const std::string& f) { p->samples = static_cast<int>(parse_integer(t, f, 1, 1 << 20)); });
@@ -65,6 +74,13 @@ void add_generate_flags(CLI::App& cmd, GenerateOptions& o) {
              [p](const std::string& t, const std::string& f) { p->top_k = static_cast<int>(parse_integer(t, f, 0, INT32_MAX)); });
   add_parsed(cmd, "--min-p", "P", "Keep tokens with p >= min_p * p_max, min_p in [0, 1] (0 = off)", "0",
              [p](const std::string& t, const std::string& f) { p->min_p = parse_float(t, f); });
+  add_parsed(cmd, "--presence-penalty", "X", "Minus this for each token generated before, [-2, 2]", "0",
+             [p](const std::string& t, const std::string& f) { p->presence_penalty = parse_float(t, f); });
+  add_parsed(cmd, "--frequency-penalty", "X", "Minus this per time a token was generated before, [-2, 2]", "0",
+             [p](const std::string& t, const std::string& f) { p->frequency_penalty = parse_float(t, f); });
+  add_parsed(cmd, "--repetition-penalty", "X",
+             "Divide (> 0) or multiply (<= 0) the logit of a prompt or generated token (1 = off)", "1",
+             [p](const std::string& t, const std::string& f) { p->repetition_penalty = parse_float(t, f); });
   add_parsed(cmd, "--seed", "N", "Sampling seed; sample i of a request uses seed + i", "0",
              [p](const std::string& t, const std::string& f) { p->seed = parse_unsigned(t, f); });
   cmd.add_option("--stop", o.stop, "Stop string (repeatable); the text is cut before it");
@@ -98,8 +114,7 @@ void check_generate_flags(const GenerateOptions& o, std::FILE* log) {
     usage_error("-p needs a tokenizer, and --random-weights has none: pass --prompt-ids 1,2,3 instead");
   if (o.page_size != 16 && o.page_size != 32 && o.page_size != 64 && o.page_size != 128)
     usage_error("--page-size: expected 16, 32, 64 or 128, got ", o.page_size);
-  const std::string range =
-      sampling_range_error({o.temperature, o.top_k, o.top_p, o.min_p, o.seed}, {"--temperature", "--top-k", "--top-p", "--min-p"});
+  const std::string range = sampling_range_error(sampling_of(o), /*as_flags=*/true);
   if (!range.empty()) usage_error(range);
   for (const std::string& stop : o.stop) {
     if (stop.empty()) usage_error("--stop: a stop string may not be empty");
@@ -109,7 +124,7 @@ void check_generate_flags(const GenerateOptions& o, std::FILE* log) {
                   "): a stop string is text, whole characters");
   }
   try {
-    engine::parse_choice(o.attention);
+    parse_mode(o.attention);
   } catch (const Error& e) {
     usage_error("--attention: ", e.what());
   }

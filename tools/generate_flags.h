@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include "model/model_config.h"
+#include "sample/sampling.h"
 
 namespace hydragen::cli {
 
@@ -26,6 +27,7 @@ struct GenerateOptions {
   int samples = 1;             // completions per prompt (OpenAI's and vLLM's n)
   std::int64_t max_new_tokens = 32;  // tokens each completion may generate (llama.cpp's -n)
   float temperature = 0.f, top_p = 1.f, min_p = 0.f;
+  float presence_penalty = 0.f, frequency_penalty = 0.f, repetition_penalty = 1.f;
   int top_k = 0;
   std::uint64_t seed = 0;      // sampling seed; sample i of a request uses seed + i
   std::vector<std::string> stop;
@@ -40,6 +42,9 @@ struct GenerateOptions {
   bool cuda_graphs = true;
   bool progress = true;        // on a terminal only
 };
+
+// The sampling flags as the sampler takes them.
+sample::SamplingParams sampling_of(const GenerateOptions& o);
 
 // Registers the flags on `cmd`; their values land in `o` as they are parsed.
 void add_generate_flags(CLI::App& cmd, GenerateOptions& o);

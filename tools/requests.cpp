@@ -3,6 +3,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -140,13 +141,26 @@ void for_each_line(int fd, const std::string& name, std::uint64_t max_bytes,
 
 }  // namespace
 
-std::string sampling_range_error(const sample::SamplingParams& p, const std::array<const char*, 4>& names) {
-  if (!(std::isfinite(p.temperature) && p.temperature >= 0.f))
-    return concat(names[0], " must be a finite number >= 0 (0 = greedy), got ", p.temperature);
-  if (p.top_k < 0) return concat(names[1], " must be >= 0 (0 = off), got ", p.top_k);
-  if (!(p.top_p > 0.f && p.top_p <= 1.f)) return concat(names[2], " must be in (0, 1] (1 = off), got ", p.top_p);
-  if (!(p.min_p >= 0.f && p.min_p <= 1.f)) return concat(names[3], " must be in [0, 1] (0 = off), got ", p.min_p);
-  return "";
+std::string sampling_range_error(const sample::SamplingParams& params, bool as_flags) {
+  try {
+    sample::validate(params);  // the sampler's ranges, one definition
+    return "";
+  } catch (const Error& e) {
+    // "SamplingParams: top_p must be ...": the field renamed as the user wrote it.
+    std::string message = e.what();
+    const std::string prefix = "SamplingParams: ";
+    if (message.rfind(prefix, 0) == 0) message.erase(0, prefix.size());
+    const std::size_t end = message.find(' ');
+    if (end == std::string::npos) return message;
+    std::string field = message.substr(0, end);
+    if (as_flags) {
+      std::replace(field.begin(), field.end(), '_', '-');
+      field = "--" + field;
+    } else {
+      field = "\"" + field + "\"";
+    }
+    return field + message.substr(end);
+  }
 }
 
 ParsedRequest parse_request_line(const std::string& text, const engine::GenerationRequest& defaults,
@@ -159,12 +173,13 @@ ParsedRequest parse_request_line(const std::string& text, const engine::Generati
     HG_CHECK(line.is_object(), "a request line must be a JSON object, got ", json_excerpt(line));
     static const char* known[] = {"prompt", "prompt_ids", "segments", "segment_ids", "n", "max_new_tokens",
                                   "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
-                                  "stop_token_ids"};
+                                  "stop_token_ids", "presence_penalty", "frequency_penalty", "repetition_penalty"};
     for (const auto& [key, value] : line.items()) {
       bool ok = false;
       for (const char* k : known) ok |= key == k;
       HG_CHECK(ok, "unknown field \"", utf8_excerpt(key, 60), "\" (known: prompt, prompt_ids, segments, segment_ids, n, "
-               "max_tokens or max_new_tokens, temperature, top_p, top_k, min_p, seed, stop, stop_token_ids)");
+               "max_tokens or max_new_tokens, temperature, top_p, top_k, min_p, seed, stop, stop_token_ids, "
+               "presence_penalty, frequency_penalty, repetition_penalty)");
     }
     read_prompt(line, tokenizer, r);
     read_integer(line, "n", r.n, 1, 1 << 20);
@@ -176,6 +191,9 @@ ParsedRequest parse_request_line(const std::string& text, const engine::Generati
     read_float(line, "top_p", r.sampling.top_p);
     read_integer(line, "top_k", r.sampling.top_k, 0, INT32_MAX);
     read_float(line, "min_p", r.sampling.min_p);
+    read_float(line, "presence_penalty", r.sampling.presence_penalty);
+    read_float(line, "frequency_penalty", r.sampling.frequency_penalty);
+    read_float(line, "repetition_penalty", r.sampling.repetition_penalty);
     if (line.contains("seed")) {  // any unsigned 64-bit value
       const json& seed = line["seed"];
       HG_CHECK(seed.is_number_unsigned() || (seed.is_number_integer() && seed.get<std::int64_t>() >= 0),
@@ -184,8 +202,7 @@ ParsedRequest parse_request_line(const std::string& text, const engine::Generati
     }
     if (line.contains("stop")) r.stop_strings = stop_strings_of(line["stop"]);
     if (line.contains("stop_token_ids")) r.stop_token_ids = ids_of(line["stop_token_ids"], "stop_token_ids");
-    const std::string range = sampling_range_error(
-        r.sampling, {"\"temperature\"", "\"top_k\"", "\"top_p\"", "\"min_p\""});
+    const std::string range = sampling_range_error(r.sampling, /*as_flags=*/false);
     HG_CHECK(range.empty(), range);
   } catch (const Error& e) {
     parsed.error = e.what();

@@ -2,11 +2,11 @@
 // prompt ("prompt": text or token ids, "prompt_ids", or "segments" / "segment_ids": pieces
 // whose boundaries pin the sharing tree) and optional fields, with OpenAI's names where they
 // mean the same: "n" (samples), "max_tokens" or "max_new_tokens", "temperature", "top_p",
-// "top_k", "min_p", "seed", "stop" (a string or a list), "stop_token_ids". A bad line becomes an
-// error of its own; a line longer than kMaxRequestLineBytes is one, and is never held whole.
+// "top_k", "min_p", "seed", "stop" (a string or a list), "stop_token_ids", "presence_penalty",
+// "frequency_penalty", "repetition_penalty". A bad line becomes an error of its own; a line
+// longer than kMaxRequestLineBytes is one, and is never held whole.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -29,9 +29,9 @@ struct ParsedRequest {
 // that is not a regular file (a directory, a FIFO, /dev/zero) is an Error naming it.
 std::vector<ParsedRequest> read_requests_jsonl(const std::string& path, const engine::GenerationRequest& defaults,
                                                const Tokenizer* tokenizer);
-// The first sampling value outside the range the sampler takes, as "NAME must be ..., got V"
-// (names: temperature, top_k, top_p, min_p as flags or as fields), or "" when all are in range.
-std::string sampling_range_error(const sample::SamplingParams& params, const std::array<const char*, 4>& names);
+// The first sampling value outside the sampler's ranges (sample::validate), as "NAME must be
+// ..., got V" with NAME as the user wrote it (--top-p as_flags, else "top_p"); "" when all fit.
+std::string sampling_range_error(const sample::SamplingParams& params, bool as_flags);
 
 ParsedRequest parse_request_line(const std::string& line, const engine::GenerationRequest& defaults,
                                  const Tokenizer* tokenizer);

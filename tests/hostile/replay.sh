@@ -67,10 +67,11 @@ case $group in
     check kv-memory-1e30G 2 "--kv-memory: expected a size" generate $r --prompt-ids 1 --kv-memory 1e30G
     check kv-memory-huge 2 "--kv-memory: '9999999999G' is more than 1 PiB" generate $r --prompt-ids 1 --kv-memory 9999999999G
     check kv-memory-half-byte 2 "--kv-memory: '0.5' is less than one byte" generate $r --prompt-ids 1 --kv-memory 0.5
-    check temperature-negative 2 "--temperature must be a finite number >= 0" generate $r --prompt-ids 1 --temperature -1
+    check temperature-negative 2 "--temperature must be finite and >= 0" generate $r --prompt-ids 1 --temperature -1
     check temperature-nan 2 "--temperature: expected a finite number" generate $r --prompt-ids 1 --temperature nan
     check top-p-2 2 "--top-p must be in \(0, 1\]" generate $r --prompt-ids 1 --top-p 2
     check top-p-0 2 "--top-p must be in \(0, 1\]" generate $r --prompt-ids 1 --top-p 0
+    check presence-penalty-3 2 "--presence-penalty must be in \[-2, 2\]" generate $r --prompt-ids 1 --presence-penalty 3
     check dash-n 2 "-n is ambiguous.*--samples N.*--max-new-tokens N" generate $r --prompt-ids 1 -n 4
     check max-new-tokens-past-context 2 "--max-new-tokens 5000: the model's context is 4096 positions" \
       generate $r --prompt-ids 1 --max-new-tokens 5000
