@@ -25,7 +25,7 @@ AttentionChoice parse_choice(const std::string& name) {
 
 namespace {
 
-class CpuModelRunner final : public ModelRunner {
+class CpuModelRunner final : public HostModelRunner {
  public:
   CpuModelRunner(const ModelConfig& config, LlamaWeights weights, const RunnerOptions& options)
       : model_(config, std::move(weights)) {
@@ -45,22 +45,6 @@ class CpuModelRunner final : public ModelRunner {
     return options;
   }
 
-  SampledTokens step(const StepRows& rows, const plan::AttentionPlan* plan, const StepSampling* sampling,
-                     const std::function<void()>& while_running, bool /*plan_prepared*/) override {
-    const Tensor logits = model_.forward_paged(rows, plan, kv_, sampling != nullptr);
-    if (while_running) while_running();  // the host computes: nothing to overlap
-    SampledTokens out;
-    if (sampling == nullptr) return out;
-    HG_CHECK(static_cast<std::int64_t>(sampling->params.size()) == rows.size() &&
-                 sampling->steps.size() == sampling->params.size(),
-             "CpuModelRunner::step: one sampling entry per row expected, got ", sampling->params.size(), " for ",
-             rows.size(), " rows");
-    out.tokens.resize(sampling->params.size());
-    out.logprobs.resize(sampling->params.size());
-    sample::sample_rows(logits, sampling->params, sampling->steps, out.tokens, out.logprobs);
-    return out;
-  }
-
   void copy_slots(std::span<const std::int32_t> src, std::span<const std::int32_t> dst) override {
     HG_CHECK(src.size() == dst.size(), "copy_slots: ", src.size(), " sources for ", dst.size(), " destinations");
     const auto count = static_cast<std::int64_t>(src.size());
@@ -74,6 +58,16 @@ class CpuModelRunner final : public ModelRunner {
   }
 
  private:
+  SampledTokens compute(const StepRows& rows, const plan::AttentionPlan* plan, const StepSampling& sampling) override {
+    const std::int64_t sampled = sampling.size();
+    const Tensor logits = model_.forward_paged(rows, plan, kv_, sampled > 0, sampled);
+    SampledTokens out;
+    out.tokens.resize(static_cast<std::size_t>(sampled));
+    out.logprobs.resize(static_cast<std::size_t>(sampled));
+    if (sampled > 0) sample::sample_rows(logits, sampling.params, sampling.steps, out.tokens, out.logprobs);
+    return out;
+  }
+
   Llama model_;
   PagedKv kv_;
 };
