@@ -44,7 +44,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   completion.tokens = parsed.request.prompt;
   completion.logprobs.assign(completion.tokens.size(), -1.5f);
   completion.finish_reason = "length";
-  if (read_back(hydragen::cli::completion_line(completion, 1, &line))["text"] != hydragen::utf8_lossy(line))
+  if (read_back(hydragen::cli::completion_line(completion, 0, 1, &line))["text"] != hydragen::utf8_lossy(line))
     std::abort();
   return 0;
 }

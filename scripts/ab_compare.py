@@ -1,7 +1,6 @@
 #!/usr/bin/env python3
-"""Compares the JSON files of gpu-check's ab stage: for each part (PARTS below: gpu-check's
-ab_parts that write JSON) and each variant, every point next to the same point of the base
-variant.
+"""Compares the JSON files of gpu-check's ab stage: for each part (gpu-check's ab_parts that
+write JSON) and each variant, every point next to the same point of the base variant.
 
     scripts/ab_compare.py DIR [DIR ...] [--base base]
 
@@ -13,37 +12,47 @@ import argparse
 import collections
 import glob
 import json
+import math
 import os
 import re
 import sys
 
-# How each part's points are keyed and timed (gpu-check's ab_parts that write JSON).
+# How a file's points are keyed and timed, told by the fields its rows carry (the `tool` of
+# the JSON: the attention bench, the end-to-end bench, its docqa scenario).
 ATTENTION = (("heads", "kv_heads", "batch", "prefix", "suffix", "mode"), "median_ms")
 END_TO_END = (("preset", "batch", "prefix", "mode"), "step_ms")
-PARTS = {part: ATTENTION for part in ("mha", "gqa", "q64", "qsweep", "targets", "mha2", "t81", "twolevel", "shared",
-                                       "decode", "sweep81", "sweep328", "sweep4040")}
-PARTS.update({part: END_TO_END for part in ("e2e", "e2e8b", "e2e8b2", "e2e13b")})
-PARTS["docqa"] = (("preset", "batch", "mode"), "step_ms")
+DOCQA = (("preset", "batch", "mode"), "step_ms")
+
+
+def kind_of(rows):
+    first = next((row for row in rows if not row.get("skipped")), rows[0] if rows else {})
+    if "median_ms" in first:
+        return ATTENTION
+    return END_TO_END if "prefix" in first else DOCQA
 
 
 def load(directories):
-    """{part: {variant: {key: seconds}}} from the ab-VARIANT-PART.json files of the folders."""
+    """({part: {variant: {key: seconds}}}, {part: (keys, time field)}) from the
+    ab-VARIANT-PART.json files of the folders."""
     found = collections.defaultdict(dict)
+    kinds = {}
     paths = [p for d in directories for p in sorted(glob.glob(os.path.join(d, "ab-*-*.json")))]
     for path in paths:
         match = re.fullmatch(r"ab-(.+)-([a-z0-9]+)\.json", os.path.basename(path))
-        if not match or match.group(2) not in PARTS:
+        if not match:
             continue
         variant, part = match.groups()
-        keys, time_field = PARTS[part]
         with open(path) as f:
             rows = json.load(f).get("rows", [])
+        if not rows:
+            continue
+        keys, time_field = kinds[part] = kind_of(rows)
         found[part][variant] = {
             tuple(row.get(k) for k in keys): row[time_field]
             for row in rows
             if not row.get("skipped") and row.get(time_field) is not None
         }
-    return found
+    return found, kinds
 
 
 def main():
@@ -51,7 +60,7 @@ def main():
     parser.add_argument("directories", nargs="+", metavar="DIR")
     parser.add_argument("--base", default="base", help="the variant the others are compared with")
     args = parser.parse_args()
-    found = load(args.directories)
+    found, kinds = load(args.directories)
     if not found:
         sys.exit(f"ab_compare: no ab-*-PART.json files in {' '.join(args.directories)}")
     for part, variants in found.items():
@@ -59,7 +68,7 @@ def main():
         if base is None:
             print(f"== {part}: no '{args.base}' variant, skipped")
             continue
-        keys, time_field = PARTS[part]
+        keys, time_field = kinds[part]
         for variant, points in variants.items():
             if variant == args.base:
                 continue
@@ -73,7 +82,8 @@ def main():
                 ratios.append(ratio)
                 print("  " + " ".join(f"{str(v):>9}" for v in key) + f" {base_value:10.4f} {points[key]:10.4f} {ratio:7.3f}")
             if ratios:
-                print(f"  {len(ratios)} points: best {min(ratios):.3f}, worst {max(ratios):.3f}")
+                geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+                print(f"  {len(ratios)} points: geomean {geomean:.3f}, best {min(ratios):.3f}, worst {max(ratios):.3f}")
 
 
 if __name__ == "__main__":

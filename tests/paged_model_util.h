@@ -95,8 +95,7 @@ class CudaStepper final : public PagedStepper {
     b.slots.copy_from(device_i32(rows.slots));
     const ModelConfig& c = config();
     cuda::PagedAttentionRunner runner(DType::bf16, static_cast<int>(c.head_dim), static_cast<int>(c.num_heads),
-                                      static_cast<int>(c.num_kv_heads), cuda::PlanCapacity::of(plan),
-                                      plan_options(AttentionMode::hydragen).shared_tile_rows);
+                                      static_cast<int>(c.num_kv_heads), cuda::PlanCapacity::of(plan));
     runner.upload(plan);
     auto attend = [&](std::int64_t l, const Tensor& q, Tensor& o, Tensor& lse) {
       cuda::PagedAttentionArgs args;

@@ -216,7 +216,7 @@ TEST(CudaAttention, TreeAttentionOverDeviceKvStaysOnTheDevice) {
   SCOPED_TRACE(rng.trace());
   TreeShape shape;
   shape.depth = 2, shape.batch = 16, shape.hkv = 2, shape.groups = 4, shape.max_query_tokens = 3;
-  const SharingTree host_tree = random_tree(shape, DType::bf16, rng);
+  const SharingTree host_tree = testing::random_tree(shape, DType::bf16, rng);
   SharingTree device_tree = host_tree, f32_tree = host_tree;
   for (auto* tree : {&device_tree, &f32_tree}) {
     const DType dtype = tree == &f32_tree ? DType::f32 : DType::bf16;
@@ -239,8 +239,8 @@ TEST(CudaAttention, TreeAttentionOverDeviceKvStaysOnTheDevice) {
     const std::string what = &out == &results[0] ? "hydragen" : "dense";
     EXPECT_TRUE(out.o.device() == Device::cuda && out.o.dtype() == DType::bf16) << what;
     EXPECT_TRUE(out.lse.device() == Device::cuda && out.lse.dtype() == DType::f32) << what;
-    EXPECT_LE(relative_norm_error(out.o.to(Device::cpu), ref.o), 5e-3) << what;
-    expect_lse_near(out.lse.to(Device::cpu), ref.lse, what);
+    EXPECT_LE(testing::relative_norm_error(out.o.to(Device::cpu), ref.o), 5e-3) << what;
+    testing::expect_lse_near(out.lse.to(Device::cpu), ref.lse, what);
   }
   try {
     tree_attention(f32_tree, q_device);

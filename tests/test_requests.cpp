@@ -77,8 +77,9 @@ TEST(OutputLines, StayValidJson) {
   c.logprobs = {-0.5f, -1.0f};
   c.finish_reason = "stop";
   const std::string text = "cut \xe6\x97";
-  const nlohmann::json back = nlohmann::json::parse(completion_line(c, 4, &text));
+  const nlohmann::json back = nlohmann::json::parse(completion_line(c, 2, 4, &text));
   EXPECT_EQ(back["text"], "cut \xEF\xBF\xBD");
+  EXPECT_EQ(back["request"], 2);
   EXPECT_EQ(back["prompt_tokens"], 4);
 }
 

@@ -19,8 +19,9 @@ std::string error_line(std::size_t request, const std::string& error) {
   return dump({{"request", request}, {"sample", 0}, {"finish_reason", "error"}, {"error", utf8_lossy(error)}});
 }
 
-std::string completion_line(const engine::Completion& c, std::size_t prompt_tokens, const std::string* text) {
-  nlohmann::json line{{"request", c.request},     {"sample", c.sample},     {"prompt_tokens", prompt_tokens},
+std::string completion_line(const engine::Completion& c, std::size_t request, std::size_t prompt_tokens,
+                            const std::string* text) {
+  nlohmann::json line{{"request", request},     {"sample", c.sample},     {"prompt_tokens", prompt_tokens},
                       {"tokens", c.tokens},       {"logprobs", c.logprobs}, {"finish_reason", c.finish_reason}};
   if (text != nullptr) line["text"] = utf8_lossy(*text);
   if (!c.error.empty()) line["error"] = utf8_lossy(c.error);

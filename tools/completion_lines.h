@@ -14,6 +14,7 @@ namespace hydragen::cli {
 std::string error_line(std::size_t request, const std::string& error);
 // {"finish_reason", "logprobs", "prompt_tokens", "request", "sample", "text" (when given),
 //  "tokens", "error" (when it failed)}
-std::string completion_line(const engine::Completion& completion, std::size_t prompt_tokens, const std::string* text);
+std::string completion_line(const engine::Completion& completion, std::size_t request, std::size_t prompt_tokens,
+                            const std::string* text);
 
 }  // namespace hydragen::cli

@@ -137,14 +137,26 @@ std::unique_ptr<engine::ModelRunner> make_runner(const GenerateOptions& o, const
       runner_options);
 }
 
-// The engine calls of a run, in one place: every well-formed request submitted, run to the end.
-// Returns each request's first completion (SIZE_MAX for a malformed one).
-std::vector<std::size_t> run_engine(engine::Engine& engine, const std::vector<ParsedRequest>& requests) {
-  std::vector<std::size_t> first(requests.size(), SIZE_MAX);
-  for (std::size_t r = 0; r < requests.size(); ++r)
-    if (requests[r].error.empty()) first[r] = engine.submit(requests[r].request, static_cast<int>(r));
-  engine.run();
-  return first;
+// The engine calls of a run, in one place: the well-formed requests run to the end. Their
+// completions come in request order, samples in order; first[r] is request r's first
+// (SIZE_MAX for a malformed one, which the engine never sees).
+struct EngineRun {
+  std::vector<engine::Completion> completions;
+  std::vector<std::size_t> first;
+};
+EngineRun run_engine(engine::Engine& engine, const std::vector<ParsedRequest>& requests) {
+  EngineRun run;
+  run.first.assign(requests.size(), SIZE_MAX);
+  std::vector<engine::GenerationRequest> valid;
+  std::size_t at = 0;
+  for (std::size_t r = 0; r < requests.size(); ++r) {
+    if (!requests[r].error.empty()) continue;
+    run.first[r] = at;
+    at += static_cast<std::size_t>(requests[r].request.n);
+    valid.push_back(requests[r].request);
+  }
+  run.completions = engine.generate(valid);
+  return run;
 }
 
 std::string request_name(std::size_t r, const ParsedRequest& request) {
@@ -218,20 +230,25 @@ GenerateSummary run_generate(const GenerateOptions& o, std::FILE* out, std::FILE
   if (tokenizer) {
     engine_options.detokenize = [&](std::span<const std::int32_t> ids) { return tokenizer->decode(ids, true); };
   }
-  engine_options.on_token = [&](std::size_t, std::int32_t id) {
+  engine_options.on_token = [&](const engine::TokenEvent& e) {
     progress.token();
     if (!single) return;
-    if (stream) std::fputs(shown->push(stream->push(id)).c_str(), out);
-    else std::fprintf(out, "%d ", id);
+    if (stream) std::fputs(shown->push(stream->push(e.token)).c_str(), out);
+    else std::fprintf(out, "%d ", e.token);
     std::fflush(out);
   };
+  // The engine numbers the requests it is handed 0, 1, ... (the well-formed ones); line_of maps
+  // them back to ours.
+  std::vector<std::size_t> line_of;
+  for (std::size_t r = 0; r < requests.size(); ++r)
+    if (requests[r].error.empty()) line_of.push_back(r);
   engine_options.on_finish = [&](const engine::Completion& c) {
-    const engine::GenerationRequest& request = requests[static_cast<std::size_t>(c.request)].request;
-    const std::string text = text_of(c.tokens, request);
-    write_line(completion_line(c, request.prompt.size(), tokenizer ? &text : nullptr));
+    const std::size_t r = line_of.at(static_cast<std::size_t>(c.request));
+    const std::string text = text_of(c.tokens, requests[r].request);
+    write_line(completion_line(c, r, requests[r].request.prompt.size(), tokenizer ? &text : nullptr));
   };
   engine::Engine engine(*runner, engine_options);
-  const std::vector<std::size_t> first = run_engine(engine, requests);
+  const EngineRun run = run_engine(engine, requests);
   progress.done();
   if (single) {
     if (stream) std::fputs((shown->push(stream->flush()) + shown->finish()).c_str(), out);
@@ -241,7 +258,6 @@ GenerateSummary run_generate(const GenerateOptions& o, std::FILE* out, std::FILE
 
   // Completions in request order on stdout (without --output); errors on stderr.
   GenerateSummary summary;
-  const std::vector<engine::Completion>& completions = engine.completions();
   for (std::size_t r = 0; r < requests.size(); ++r) {
     bool failed = false;
     if (!requests[r].error.empty()) {
@@ -249,8 +265,8 @@ GenerateSummary run_generate(const GenerateOptions& o, std::FILE* out, std::FILE
       std::fflush(out);  // stdout and stderr in order when both go to one log
       std::fprintf(log, "request %zu: error: %s\n", r, requests[r].error.c_str());
     }
-    for (std::size_t i = first[r]; i < completions.size() && completions[i].request == static_cast<int>(r); ++i) {
-      const engine::Completion& c = completions[i];
+    for (int sample = 0; run.first[r] != SIZE_MAX && sample < requests[r].request.n; ++sample) {
+      const engine::Completion& c = run.completions.at(run.first[r] + static_cast<std::size_t>(sample));
       ++summary.completions;
       if (!c.error.empty()) {
         ++summary.errors, failed = true;
