@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Compares the JSON files of gpu-check's ab stage: for each part (mha, mha2, gqa, t81, q64, qsweep, targets, e2e, e2e8b, e2e8b2, docqa) and
-each variant, every point next to the same point of the base variant.
+"""Compares the JSON files of gpu-check's ab stage: for each part (PARTS below: gpu-check's
+ab_parts that write JSON) and each variant, every point next to the same point of the base
+variant.
 
     scripts/ab_compare.py DIR [DIR ...] [--base base]
 
@@ -16,20 +17,13 @@ import os
 import re
 import sys
 
-PARTS = {
-    # part: (key fields, time field)
-    "mha": (("heads", "kv_heads", "batch", "prefix", "suffix", "mode"), "median_ms"),
-    "gqa": (("heads", "kv_heads", "batch", "prefix", "suffix", "mode"), "median_ms"),
-    "q64": (("heads", "kv_heads", "batch", "prefix", "suffix", "mode"), "median_ms"),
-    "qsweep": (("heads", "kv_heads", "batch", "prefix", "suffix", "mode"), "median_ms"),
-    "targets": (("heads", "kv_heads", "batch", "prefix", "suffix", "mode"), "median_ms"),
-    "mha2": (("heads", "kv_heads", "batch", "prefix", "suffix", "mode"), "median_ms"),
-    "t81": (("heads", "kv_heads", "batch", "prefix", "suffix", "mode"), "median_ms"),
-    "e2e": (("preset", "batch", "prefix", "mode"), "step_ms"),
-    "e2e8b": (("preset", "batch", "prefix", "mode"), "step_ms"),
-    "e2e8b2": (("preset", "batch", "prefix", "mode"), "step_ms"),
-    "docqa": (("preset", "batch", "mode"), "step_ms"),
-}
+# How each part's points are keyed and timed (gpu-check's ab_parts that write JSON).
+ATTENTION = (("heads", "kv_heads", "batch", "prefix", "suffix", "mode"), "median_ms")
+END_TO_END = (("preset", "batch", "prefix", "mode"), "step_ms")
+PARTS = {part: ATTENTION for part in ("mha", "gqa", "q64", "qsweep", "targets", "mha2", "t81", "twolevel", "shared",
+                                       "decode", "sweep81", "sweep328", "sweep4040")}
+PARTS.update({part: END_TO_END for part in ("e2e", "e2e8b", "e2e8b2", "e2e13b")})
+PARTS["docqa"] = (("preset", "batch", "mode"), "step_ms")
 
 
 def load(directories):

@@ -38,7 +38,7 @@ inline engine::GenerationRequest greedy_request(std::vector<std::int32_t> prompt
   return r;
 }
 
-inline engine::EngineOptions with(engine::AttentionChoice attention) {
+inline engine::EngineOptions with(AttentionMode attention) {
   engine::EngineOptions o;
   o.attention = attention;
   return o;

@@ -21,7 +21,6 @@
 namespace hydragen {
 namespace {
 
-using engine::AttentionChoice;
 
 std::unique_ptr<engine::ModelRunner> cuda_runner(const test::FixtureModel& m, bool graphs, int page_size = 64) {
   engine::RunnerOptions options;
@@ -75,14 +74,14 @@ TEST(CudaEngine, GreedyEqualsTransformersInEveryModeWithAndWithoutGraphs) {
   for (bool graphs : {true, false})
     for (int page_size : {16, 64})
       for (std::int64_t chunk : {2048, 7})
-        for (AttentionChoice mode : {AttentionChoice::hydragen, AttentionChoice::paged, AttentionChoice::dense}) {
+        for (AttentionMode mode : {AttentionMode::hydragen, AttentionMode::paged, AttentionMode::dense}) {
           auto runner = cuda_runner(m, graphs, page_size);
           engine::EngineOptions options = with(mode);
           options.prefill_chunk_tokens = chunk;
           const auto out = test::run_engine(*runner, requests, options);
           EXPECT_EQ(runner->decodes_with_graphs(), graphs) << "a capture failed";
           for (std::size_t i = 0; i < out.size(); ++i)
-            EXPECT_EQ(out[i].tokens, expected[i]) << engine::choice_name(mode) << " graphs " << graphs << " page "
+            EXPECT_EQ(out[i].tokens, expected[i]) << mode_name(mode) << " graphs " << graphs << " page "
                                                   << page_size << " chunk " << chunk << " prompt " << i;
         }
 }
@@ -105,14 +104,14 @@ TEST(CudaEngine, SharedPromptBatchAgreesAcrossModesAndGraphs) {
     requests.push_back(test::greedy_request(prompt, 4 + i % 13));
   }
   std::vector<engine::Completion> hydragen;
-  for (AttentionChoice mode : {AttentionChoice::hydragen, AttentionChoice::paged, AttentionChoice::dense}) {
+  for (AttentionMode mode : {AttentionMode::hydragen, AttentionMode::paged, AttentionMode::dense}) {
     auto eager = cuda_runner(m, false), graphed = cuda_runner(m, true);
     const auto out = test::run_engine(*eager, requests, with(mode));
     const auto replayed = test::run_engine(*graphed, requests, with(mode));
-    EXPECT_TRUE(graphed->decodes_with_graphs()) << engine::choice_name(mode) << ": a capture failed";
+    EXPECT_TRUE(graphed->decodes_with_graphs()) << mode_name(mode) << ": a capture failed";
     for (std::size_t i = 0; i < out.size(); ++i)
-      EXPECT_EQ(replayed[i].tokens, out[i].tokens) << engine::choice_name(mode) << " graphs vs eager, seq " << i;
-    if (mode == AttentionChoice::hydragen) {
+      EXPECT_EQ(replayed[i].tokens, out[i].tokens) << mode_name(mode) << " graphs vs eager, seq " << i;
+    if (mode == AttentionMode::hydragen) {
       hydragen = out;
       continue;
     }
@@ -121,11 +120,11 @@ TEST(CudaEngine, SharedPromptBatchAgreesAcrossModesAndGraphs) {
       first_flips += out[i].tokens[0] != hydragen[i].tokens[0];
       // Measured on the H200: up to 0.048 apart (hydragen's wgmma prefix rounds P to bf16).
       // Where the first tokens differ these are the two picks' own logprobs: a tie within it.
-      EXPECT_NEAR(out[i].logprobs[0], hydragen[i].logprobs[0], 0.1) << engine::choice_name(mode) << " seq " << i;
+      EXPECT_NEAR(out[i].logprobs[0], hydragen[i].logprobs[0], 0.1) << mode_name(mode) << " seq " << i;
       whole += out[i].tokens == hydragen[i].tokens;
     }
-    EXPECT_LE(first_flips, 2) << engine::choice_name(mode) << ": first tokens that differ from hydragen's";
-    EXPECT_GE(whole, 36) << engine::choice_name(mode) << ": whole sequences equal to hydragen's";
+    EXPECT_LE(first_flips, 2) << mode_name(mode) << ": first tokens that differ from hydragen's";
+    EXPECT_GE(whole, 36) << mode_name(mode) << ": whole sequences equal to hydragen's";
   }
 }
 
@@ -146,7 +145,7 @@ TEST(CudaEngine, SamplingOnTheDeviceIsReproducibleAndNoneModeRuns) {
     distinct.insert(a[i].tokens);
   }
   EXPECT_GT(distinct.size(), 1u);
-  const auto none = test::run_engine(*runner, {r}, with(AttentionChoice::none));
+  const auto none = test::run_engine(*runner, {r}, with(AttentionMode::none));
   EXPECT_EQ(none.size(), 6u);
   for (const auto& c : none) EXPECT_EQ(c.tokens.size(), 24u);
 }
@@ -174,8 +173,8 @@ TEST(CudaEngine, OverlappedStepsEqualStepByStep) {
       requests.push_back(std::move(r));
     }
     for (bool graphs : {true, false})
-      for (AttentionChoice mode : {AttentionChoice::hydragen, AttentionChoice::paged, AttentionChoice::dense}) {
-        const std::string what = concat(engine::choice_name(mode), " graphs ", graphs, " stops ", stops);
+      for (AttentionMode mode : {AttentionMode::hydragen, AttentionMode::paged, AttentionMode::dense}) {
+        const std::string what = concat(mode_name(mode), " graphs ", graphs, " stops ", stops);
         auto run = [&](bool overlap, engine::EngineStats& stats) {
           auto runner = cuda_runner(m, graphs);
           engine::EngineOptions options = with(mode);

@@ -13,12 +13,12 @@
 #include "hydragen/error.h"
 #include "hydragen/tensor.h"
 #include "core/counter_rng.h"
-#include "model/kv_cache.h"
 #include "model/llama.h"
 #include "model/llama_cuda.h"
 #include "model/model_ops.h"
 #include "model/rope.h"
 #include "model/weights.h"
+#include "paged_model_util.h"
 #ifdef HYDRAGEN_WITH_CUDA
 #include "backend/cuda/cuda_attention.h"
 #include "backend/cuda/model_ops.h"
@@ -220,7 +220,8 @@ TEST(CudaModelOps, RandomWeightsOnDeviceEqualCpu) {
 }
 
 // The bf16 CUDA forward pass against the fp32 CPU one (itself checked against transformers)
-// on the same bf16-rounded random weights: logits within 2e-2 relative in every mode.
+// on the same bf16-rounded random weights, both through the paged forward: logits within 2e-2
+// relative at every position in every mode.
 TEST(CudaModel, ForwardMatchesCpuForward) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA
@@ -244,12 +245,14 @@ TEST(CudaModel, ForwardMatchesCpuForward) {
   const LlamaCuda gpu(config, random_weights(config, 5, DType::bf16, Device::cuda));
   std::vector<std::int32_t> prompt;
   for (int i = 0; i < 37; ++i) prompt.push_back((i * 389 + 7) % 1000);
-  const Tensor expected = cpu.logits(prompt);
+  test::CpuStepper cpu_stepper(cpu);
+  test::CudaStepper gpu_stepper(gpu);
+  const Tensor expected = test::paged_logits(cpu_stepper, AttentionMode::hydragen, prompt);
   for (AttentionMode mode : {AttentionMode::hydragen, AttentionMode::paged, AttentionMode::dense}) {
-    const Tensor actual = gpu.logits(prompt, mode);
+    const Tensor actual = test::paged_logits(gpu_stepper, mode, prompt);
     EXPECT_LT(std::sqrt(nmse(actual, expected)), 2e-2) << mode_name(mode);
   }
-  EXPECT_EQ(gpu.greedy(prompt, 4).size(), 4u);
+  EXPECT_EQ(test::paged_greedy(gpu_stepper, AttentionMode::hydragen, prompt, 4).size(), 4u);
 #endif
 }
 

@@ -1,7 +1,8 @@
 // The bf16 CUDA forward pass against transformers (issue 4's GPU criterion) on the fixture
 // whose head dim the CUDA attention kernels take (tests/fixtures/model/tiny-llama-d64):
-// logits within 2e-2 relative per prompt and greedy continuations that agree where bf16 can
-// decide them (see the greedy test), in every attention mode. Skipped without a CUDA device.
+// logits within 2e-2 relative at every prompt position and greedy continuations that agree
+// where bf16 can decide them (see the greedy test), in every attention mode, through the paged
+// forward (paged_model_util.h). Skipped without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include "model/safetensors.h"
 #include "model/weights.h"
 #include "cuda_test_util.h"
+#include "paged_model_util.h"
 #include "test_model_fixtures.h"
 
 #ifdef HYDRAGEN_WITH_CUDA
@@ -62,7 +64,7 @@ TEST(CudaModelReference, LogitsMatchTransformersInEveryMode) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA
   const Fixture fixture;
-  const LlamaCuda& model = fixture.model;
+  test::CudaStepper stepper(fixture.model);
   const nlohmann::json& record = fixture.record;
   SafetensorsFile logits_file(fixture.dir / "reference_logits.safetensors");
   const auto& prompts = record.at("prompts");
@@ -71,7 +73,7 @@ TEST(CudaModelReference, LogitsMatchTransformersInEveryMode) {
     ASSERT_NE(entry, nullptr);
     const Tensor expected = logits_file.read(*entry, DType::f32);
     for (AttentionMode mode : {AttentionMode::hydragen, AttentionMode::paged, AttentionMode::dense}) {
-      const Tensor actual = model.logits(ids(prompts[p]), mode);
+      const Tensor actual = test::paged_logits(stepper, mode, ids(prompts[p]));
       ASSERT_EQ(actual.shape(), expected.shape());
       const double error = test::relative_error(actual, expected);
       std::printf("[ numbers  ] %s prompt %zu (%lld tokens) mode %s: relative error %.3e\n", kFixture, p,
@@ -91,7 +93,7 @@ TEST(CudaModelReference, LogitsMatchTransformersInEveryMode) {
 //   1. transformers' tokens fed back (one prefill over prompt + 32 tokens): at each position
 //      our argmax is transformers' token, or that token is within kTie of our best (a
 //      near-tie), at most kMaxTies times in a run;
-//   2. our own free-running greedy (decode steps of one token against the cache) fed back the
+//   2. our own free-running greedy (decode steps of one token over the pool) fed back the
 //      same way: each token is the prefill's argmax at its position, or within kSelfTie of it
 //      (the decode and prefill paths agree);
 //   3. with no near-tie in 1, the free-running tokens are transformers' exactly.
@@ -106,11 +108,11 @@ struct ForcedCheck {
 };
 
 // Our logits over prompt + tokens, one pass; position i's row predicts tokens[i].
-ForcedCheck check_fed_back(const LlamaCuda& model, const std::vector<std::int32_t>& prompt,
+ForcedCheck check_fed_back(test::PagedStepper& stepper, const std::vector<std::int32_t>& prompt,
                            const std::vector<std::int32_t>& tokens, AttentionMode mode, float tie) {
   std::vector<std::int32_t> fed = prompt;
   fed.insert(fed.end(), tokens.begin(), tokens.end() - 1);
-  const Tensor logits = model.logits(fed, mode);
+  const Tensor logits = test::paged_logits(stepper, mode, fed);
   const std::int64_t vocab = logits.size(1);
   const float* l = logits.data<float>();
   ForcedCheck out;
@@ -134,7 +136,7 @@ TEST(CudaModelReference, GreedyTokensMatchTransformersInEveryMode) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA
   const Fixture fixture;
-  const LlamaCuda& model = fixture.model;
+  test::CudaStepper stepper(fixture.model);
   const nlohmann::json& record = fixture.record;
   for (const auto& run : record.at("greedy")) {
     const int index = run.at("prompt_index").get<int>();
@@ -142,9 +144,10 @@ TEST(CudaModelReference, GreedyTokensMatchTransformersInEveryMode) {
     const std::vector<std::int32_t> expected = ids(run.at("tokens"));
     for (AttentionMode mode : {AttentionMode::hydragen, AttentionMode::paged, AttentionMode::dense}) {
       const std::string what = std::string(kFixture) + " prompt " + std::to_string(index) + " mode " + mode_name(mode);
-      const ForcedCheck reference = check_fed_back(model, prompt, expected, mode, kTie);
-      const std::vector<std::int32_t> actual = model.greedy(prompt, static_cast<std::int64_t>(expected.size()), mode);
-      const ForcedCheck self = check_fed_back(model, prompt, actual, mode, kSelfTie);
+      const ForcedCheck reference = check_fed_back(stepper, prompt, expected, mode, kTie);
+      const std::vector<std::int32_t> actual =
+          test::paged_greedy(stepper, mode, prompt, static_cast<std::int64_t>(expected.size()));
+      const ForcedCheck self = check_fed_back(stepper, prompt, actual, mode, kSelfTie);
       std::size_t same = 0;
       while (same < actual.size() && same < expected.size() && actual[same] == expected[same]) ++same;
       std::printf("[ numbers  ] %s: fed back, %zu of %zu of transformers' tokens our argmax (%d near-ties, "

@@ -13,7 +13,6 @@
 namespace hydragen {
 namespace {
 
-using engine::AttentionChoice;
 using engine::Completion;
 using engine::EngineStats;
 using engine::GenerationRequest;
@@ -41,12 +40,12 @@ TEST(EngineReference, GreedyEqualsTransformersInEveryModeBatchedTogether) {
       requests.push_back(test::greedy_request(reference_prompt(m, g["prompt_index"].get<int>()), 32));
       expected.push_back(g["tokens"].get<std::vector<std::int32_t>>());
     }
-    for (AttentionChoice mode : {AttentionChoice::hydragen, AttentionChoice::paged, AttentionChoice::dense}) {
+    for (AttentionMode mode : {AttentionMode::hydragen, AttentionMode::paged, AttentionMode::dense}) {
       auto runner = cpu_runner(m);
       const std::vector<Completion> out = test::run_engine(*runner, requests, with(mode));
       ASSERT_EQ(out.size(), expected.size());
       for (std::size_t i = 0; i < out.size(); ++i) {
-        EXPECT_EQ(out[i].tokens, expected[i]) << variant << " " << engine::choice_name(mode) << " prompt " << i;
+        EXPECT_EQ(out[i].tokens, expected[i]) << variant << " " << mode_name(mode) << " prompt " << i;
         EXPECT_EQ(out[i].finish_reason, "length");
         EXPECT_EQ(out[i].logprobs.size(), out[i].tokens.size());
       }
@@ -71,11 +70,11 @@ TEST(Engine, SixtyFourSharingAPromptEqualIndependentRuns) {
     auto runner = cpu_runner(m);
     alone.push_back(test::run_engine(*runner, {r}).at(0).tokens);
   }
-  for (AttentionChoice mode : {AttentionChoice::hydragen, AttentionChoice::paged, AttentionChoice::dense}) {
+  for (AttentionMode mode : {AttentionMode::hydragen, AttentionMode::paged, AttentionMode::dense}) {
     auto runner = cpu_runner(m, 1024);
     const std::vector<Completion> out = test::run_engine(*runner, requests, with(mode));
     for (std::size_t i = 0; i < out.size(); ++i)
-      EXPECT_EQ(out[i].tokens, alone[i]) << engine::choice_name(mode) << " sequence " << i;
+      EXPECT_EQ(out[i].tokens, alone[i]) << mode_name(mode) << " sequence " << i;
   }
 }
 
@@ -116,7 +115,7 @@ TEST(Engine, FindsForestsAndMultiLevelTreesAndStoresEachTokenOnce) {
     for (const Completion& c : test::run_engine(*runner, {r})) alone.push_back(c.tokens);
   }
   auto runner = cpu_runner(m);
-  engine::Engine engine(*runner, with(AttentionChoice::hydragen));
+  engine::Engine engine(*runner, with(AttentionMode::hydragen));
   const std::vector<Completion> out = engine.generate(requests);
   ASSERT_EQ(out.size(), alone.size());
   for (std::size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i].tokens, alone[i]) << "completion " << i;
@@ -144,14 +143,14 @@ TEST(Engine, SequencesWaitWhenMemoryIsShortAndNothingIsLost) {
   }
   auto big = cpu_runner(m, 512);
   const auto expected = test::run_engine(*big, requests);
-  for (AttentionChoice mode : {AttentionChoice::hydragen, AttentionChoice::dense}) {
+  for (AttentionMode mode : {AttentionMode::hydragen, AttentionMode::dense}) {
     // 12 pages of 16 tokens: the shared prompt (3 pages) and a few sequences at a time.
     auto small = cpu_runner(m, 12);
     engine::Engine engine(*small, with(mode));
     const auto out = engine.generate(requests);
     for (std::size_t i = 0; i < out.size(); ++i) {
       EXPECT_EQ(out[i].error, "") << i;
-      EXPECT_EQ(out[i].tokens, expected[i].tokens) << engine::choice_name(mode) << " sequence " << i;
+      EXPECT_EQ(out[i].tokens, expected[i].tokens) << mode_name(mode) << " sequence " << i;
     }
     EXPECT_LT(engine.stats().peak_running, 10) << "the small pool should have made sequences wait";
     EXPECT_LE(engine.pool().peak_used_pages(), 12);
@@ -434,8 +433,8 @@ class OverlapChecker final : public ForwardingRunner {
 TEST(Engine, OverlappedStepsGiveTheSameTokens) {
   const test::FixtureModel m = test::load_fixture_model("tiny-llama");
   const std::vector<GenerationRequest> requests = stopping_sampled_requests(11);
-  for (AttentionChoice attention : {AttentionChoice::hydragen, AttentionChoice::paged}) {
-    SCOPED_TRACE(engine::choice_name(attention));
+  for (AttentionMode attention : {AttentionMode::hydragen, AttentionMode::paged}) {
+    SCOPED_TRACE(mode_name(attention));
     auto run = [&](engine::ModelRunner& runner, bool overlap, EngineStats& stats,
                    std::vector<std::vector<std::int32_t>>& streamed) {
       engine::EngineOptions options = with(attention);
@@ -528,14 +527,14 @@ TEST(Engine, OverlappedStepsRunTheSamePlans) {
   const std::vector<std::int32_t> shared = test::random_tokens(rng, 80, 512);
   std::vector<GenerationRequest> requests;
   for (int i = 0; i < 4; ++i) requests.push_back(test::greedy_request(test::extended(shared, rng, 3 + i), 12, 2));
-  for (AttentionChoice attention : {AttentionChoice::hydragen, AttentionChoice::paged}) {
+  for (AttentionMode attention : {AttentionMode::hydragen, AttentionMode::paged}) {
     StepRecorder overlapped(cpu_runner(m, 1024)), in_place(cpu_runner(m, 1024));
     engine::EngineOptions options = with(attention);
     test::run_engine(overlapped, requests, options);
     options.overlap_steps = false;
     test::run_engine(in_place, requests, options);
-    EXPECT_EQ(overlapped.steps.size(), 12u) << engine::choice_name(attention);
-    EXPECT_TRUE(overlapped.steps == in_place.steps) << engine::choice_name(attention);
+    EXPECT_EQ(overlapped.steps.size(), 12u) << mode_name(attention);
+    EXPECT_TRUE(overlapped.steps == in_place.steps) << mode_name(attention);
   }
 }
 
@@ -639,11 +638,11 @@ TEST(Engine, PinnedSegmentEndsAreBoundariesOfTheDecodePlans) {
   for (int i = 0; i < 3; ++i) requests.push_back(test::greedy_request(test::extended(system, rng, 5 + i), 4, 2));
   auto pinned = requests;
   for (auto& r : pinned) r.segment_ends = {10, 23};
-  for (AttentionChoice attention : {AttentionChoice::hydragen, AttentionChoice::paged}) {
+  for (AttentionMode attention : {AttentionMode::hydragen, AttentionMode::paged}) {
     PieceEndRecorder plain(cpu_runner(m)), with_pins(cpu_runner(m));
     const auto a = test::run_engine(plain, requests, with(attention));
     const auto b = test::run_engine(with_pins, pinned, with(attention));
-    const char* name = engine::choice_name(attention);
+    const char* name = mode_name(attention);
     EXPECT_TRUE(plain.ends.count(45)) << name;
     EXPECT_FALSE(plain.ends.count(10) || plain.ends.count(23)) << name;
     EXPECT_TRUE(with_pins.ends.count(10) && with_pins.ends.count(23) && with_pins.ends.count(45)) << name;
@@ -655,7 +654,7 @@ TEST(Engine, PinnedSegmentEndsAreBoundariesOfTheDecodePlans) {
 TEST(Engine, NoneModeKeepsTheProjectionsAndRuns) {
   const test::FixtureModel m = test::load_fixture_model("tiny-llama");
   auto runner = cpu_runner(m);
-  const auto out = test::run_engine(*runner, {test::greedy_request(reference_prompt(m, 1), 8, 3)}, with(AttentionChoice::none));
+  const auto out = test::run_engine(*runner, {test::greedy_request(reference_prompt(m, 1), 8, 3)}, with(AttentionMode::none));
   ASSERT_EQ(out.size(), 3u);
   for (const Completion& c : out) {
     EXPECT_EQ(c.tokens.size(), 8u);
@@ -674,11 +673,11 @@ TEST(Engine, NoneModeIgnoresEveryTokenButARowsOwn) {
   std::mt19937 rng(23);
   auto a = test::random_tokens(rng, 20, 512), b = test::random_tokens(rng, 20, 512);
   a.push_back(77), b.push_back(77);
-  for (AttentionChoice attention : {AttentionChoice::none, AttentionChoice::hydragen}) {
+  for (AttentionMode attention : {AttentionMode::none, AttentionMode::hydragen}) {
     auto runner = cpu_runner(m);
     const auto out = test::run_engine(*runner, {test::greedy_request(a, 8), test::greedy_request(b, 8)}, with(attention));
     ASSERT_EQ(out.size(), 2u);
-    if (attention == AttentionChoice::none) EXPECT_EQ(out[0].tokens, out[1].tokens);
+    if (attention == AttentionMode::none) EXPECT_EQ(out[0].tokens, out[1].tokens);
     else EXPECT_NE(out[0].tokens, out[1].tokens) << "the prompts' other tokens should matter with attention";
   }
 }

@@ -2,6 +2,7 @@
 #include <functional>
 
 #include "attention_test_util.h"
+#include "plan/paged_plan.h"
 
 namespace hydragen::testing {
 namespace {
@@ -149,9 +150,37 @@ TEST(Errors, MergeShapesAndModeNames) {
   AttentionState a = AttentionState::empty(2, 4, 8);
   expect_error([&] { merge_states(a, AttentionState::empty(3, 4, 8)); }, {"other.o", "[3, 4, 8]", "[2, 4, 8]"});
   expect_error([&] { merge_states(std::span<const AttentionState>{}); }, {"merge_states", "at least one"});
-  expect_error([] { parse_mode("flash"); }, {"flash", "hydragen, paged, dense"});
-  for (AttentionMode mode : {AttentionMode::hydragen, AttentionMode::paged, AttentionMode::dense})
+  expect_error([] { parse_mode("flash"); }, {"flash", "hydragen, paged, dense, none"});
+  for (AttentionMode mode : {AttentionMode::hydragen, AttentionMode::paged, AttentionMode::dense, AttentionMode::none})
     EXPECT_EQ(parse_mode(mode_name(mode)), mode);
+}
+
+// `none` skips attention in a model step; an attention call or a plan refuses it by name. A
+// page size the plan cannot take and a scale that is not a positive number are refused too.
+TEST(Errors, TreeAttentionOptionsAreCheckedByName) {
+  const SharingTree tree = valid_tree();
+  TreeAttentionOptions options;
+  options.mode = AttentionMode::none;
+  expect_error([&] { tree_attention(tree, query(tree), options); }, {"tree_attention", "options.mode is none"});
+  for (int page_size : {0, 8, 48}) {
+    TreeAttentionOptions paged;
+    paged.page_size = page_size;
+    expect_error([&] { tree_attention(tree, query(tree), paged); },
+                 {"tree_attention", "options.page_size is", "power of two >= 16"});
+  }
+  for (float scale : {0.f, -0.5f, NAN}) {
+    TreeAttentionOptions scaled;
+    scaled.scale = scale;
+    expect_error([&] { tree_attention(tree, query(tree), scaled); }, {"tree_attention", "options.scale", "> 0"});
+    AttentionOptions plain;
+    plain.scale = scale;
+    expect_error([&] { attend(Tensor::zeros({1, 8, 64}, DType::f32), kv(3), kv(3), plain); }, {"attend", "options.scale"});
+  }
+  plan::PagedLayout layout;
+  layout.kv_heads = 1, layout.q_heads = 1, layout.head_dim = 64;
+  plan::PlanOptions plan_options;
+  plan_options.mode = AttentionMode::none;
+  expect_error([&] { plan::build_attention_plan(layout, plan_options); }, {"build_attention_plan", "options.mode is none"});
 }
 
 #ifndef HYDRAGEN_WITH_CUDA

@@ -20,9 +20,9 @@
 
 namespace hydragen::test {
 
-// tests/fixtures/model/, found from this header's own path so any build directory works.
+// tests/fixtures/model/ (HYDRAGEN_TEST_FIXTURES: the source tree's tests/fixtures, set by CMake).
 inline std::filesystem::path model_fixture_dir() {
-  return std::filesystem::path(__FILE__).parent_path() / "fixtures" / "model";
+  return std::filesystem::path(HYDRAGEN_TEST_FIXTURES) / "model";
 }
 
 inline nlohmann::json read_json(const std::filesystem::path& path) {

@@ -1,6 +1,7 @@
 // The CPU forward pass against transformers (tests/fixtures/model, written by
-// scripts/make-reference.py): logits within 1e-4 relative per prompt in every attention mode,
-// greedy continuations identical, alone and as a batch under a shared prefix.
+// scripts/make-reference.py), driven through the paged forward (paged_model_util.h): logits
+// within 1e-4 relative at every prompt position in every attention mode, and greedy
+// continuations identical in every mode, alone and as a batch under a shared prefix.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,7 +9,6 @@
 #include <vector>
 
 #include "plan/paged_plan.h"
-#include "model/greedy.h"
 #include "model/llama.h"
 #include "model/llama_cuda.h"
 #include "model/model_config.h"
@@ -16,6 +16,7 @@
 #include "model/rope.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
+#include "paged_model_util.h"
 #include "test_model_fixtures.h"
 
 namespace hydragen {
@@ -42,8 +43,11 @@ using test::relative_error;
 
 class ModelReference : public ::testing::TestWithParam<std::string> {};
 
+// Each prompt's first half prefilled as a segment, the rest as its sequence's own tokens: every
+// position's logits, through each mode's plan.
 TEST_P(ModelReference, LogitsMatchTransformersInEveryMode) {
   const Reference ref = load_reference(GetParam());
+  test::CpuStepper stepper(ref.model);
   SafetensorsFile logits_file(ref.dir / "reference_logits.safetensors");
   const auto& prompts = ref.record.at("prompts");
   for (std::size_t p = 0; p < prompts.size(); ++p) {
@@ -51,20 +55,22 @@ TEST_P(ModelReference, LogitsMatchTransformersInEveryMode) {
     ASSERT_NE(entry, nullptr);
     const Tensor expected = logits_file.read(*entry, DType::f32);
     for (AttentionMode mode : kModes) {
-      const Tensor actual = ref.model.logits(ids(prompts[p]), mode);
+      const Tensor actual = test::paged_logits(stepper, mode, ids(prompts[p]));
       ASSERT_EQ(actual.shape(), expected.shape());
       EXPECT_LT(relative_error(actual, expected), 1e-4) << GetParam() << " prompt " << p << " mode " << mode_name(mode);
     }
   }
 }
 
-TEST_P(ModelReference, GreedyTokensMatchTransformers) {
+TEST_P(ModelReference, GreedyTokensMatchTransformersInEveryMode) {
   const Reference ref = load_reference(GetParam());
+  test::CpuStepper stepper(ref.model);
   for (const auto& run : ref.record.at("greedy")) {
     const std::vector<std::int32_t> prompt = ids(ref.record.at("prompts")[run.at("prompt_index").get<int>()]);
     const std::vector<std::int32_t> expected = ids(run.at("tokens"));
-    EXPECT_EQ(greedy(ref.model, prompt, static_cast<std::int64_t>(expected.size())), expected)
-        << GetParam() << " prompt " << run.at("prompt_index");
+    for (AttentionMode mode : kModes)
+      EXPECT_EQ(test::paged_greedy(stepper, mode, prompt, static_cast<std::int64_t>(expected.size())), expected)
+          << GetParam() << " prompt " << run.at("prompt_index") << " mode " << mode_name(mode);
   }
 }
 
@@ -72,6 +78,7 @@ TEST_P(ModelReference, GreedyTokensMatchTransformers) {
 // segment; every mode must give transformers' tokens for both.
 TEST_P(ModelReference, GreedyUnderSharedPrefixMatchesInEveryMode) {
   const Reference ref = load_reference(GetParam());
+  test::CpuStepper stepper(ref.model);
   std::vector<std::vector<std::int32_t>> suffixes, expected;
   std::vector<std::int32_t> prefix;
   for (const auto& run : ref.record.at("greedy")) {
@@ -81,7 +88,7 @@ TEST_P(ModelReference, GreedyUnderSharedPrefixMatchesInEveryMode) {
     expected.push_back(ids(run.at("tokens")));
   }
   for (AttentionMode mode : kModes) {
-    EXPECT_EQ(greedy_shared_prefix(ref.model, prefix, suffixes, static_cast<std::int64_t>(expected[0].size()), mode),
+    EXPECT_EQ(test::paged_greedy(stepper, mode, prefix, suffixes, static_cast<std::int64_t>(expected[0].size())),
               expected)
         << GetParam() << " mode " << mode_name(mode);
   }

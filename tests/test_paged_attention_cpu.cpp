@@ -78,7 +78,6 @@ TEST(PagedAttentionCpu, RandomForestsMatchFloat64Reference) {
     options.causal = trial % 9 != 8;
     options.suffix_tile_rows =  // (one-row items: e8; 0 = by rule)
         std::vector<int>{plan::kSuffixTileRows, 1, 3, plan::kSuffixTileRowsByRule}[trial % 7 % 4];
-    options.fold_at_rule_rows = trial % 2 == 1;  // (e9; by rule only)
     const float scale = trial % 7 == 6 ? 0.3f : 0.f;
 
     const PagedCase c = random_paged_case(shape, rng);

@@ -1,12 +1,12 @@
 // The CPU sampler (src/sample/sampling.h): greedy, each filter and their combination on
-// hand-made logits whose kept set is known, determinism of (seed, step), validation, the
-// logprobs, agreement with the double-precision spec (sampling_test_util.h), and chi-square
-// fits of 20000 draws to the filtered distributions.
+// hand-made logits whose kept set is known, determinism of (seed, step), validation (every
+// field, the penalty inputs), the logprobs, agreement with the double-precision spec
+// (sampling_test_util.h), and chi-square fits of 20000 draws to the filtered distributions,
+// with penalties too. Penalties and top-N in detail: test_sampling_penalties.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
-#include <functional>
 #include <limits>
 #include <set>
 #include <string>
@@ -20,37 +20,14 @@
 namespace hydragen::sample {
 namespace {
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-struct Draws {
-  std::vector<std::int32_t> tokens;
-  std::vector<float> logprobs;
-};
-
-// Samples every row of `logits` [rows, vocab] with its params and steps.
-Draws sample(const Tensor& logits, const std::vector<SamplingParams>& params, const std::vector<std::uint64_t>& steps) {
-  Draws d{std::vector<std::int32_t>(params.size(), -1), std::vector<float>(params.size(), NAN)};
-  sample_rows(logits, params, steps, d.tokens, d.logprobs);
-  return d;
-}
-
-Tensor rows_of(const std::vector<std::vector<float>>& rows) {
-  Tensor t = Tensor::empty({static_cast<std::int64_t>(rows.size()), static_cast<std::int64_t>(rows[0].size())},
-                           DType::f32);
-  for (std::size_t r = 0; r < rows.size(); ++r) {
-    for (std::size_t i = 0; i < rows[r].size(); ++i) t.data<float>()[r * rows[r].size() + i] = rows[r][i];
-  }
-  return t;
-}
-
-// `n` draws from one row of logits: seeds 0..n-1 at step `step`.
-std::vector<std::int32_t> draws_by_seed(const std::vector<float>& row, SamplingParams params, int n,
-                                        std::uint64_t step = 3) {
-  const Tensor logits = rows_of(std::vector<std::vector<float>>(static_cast<std::size_t>(n), row));
-  std::vector<SamplingParams> per_row(static_cast<std::size_t>(n), params);
-  for (int r = 0; r < n; ++r) per_row[static_cast<std::size_t>(r)].seed = static_cast<std::uint64_t>(r);
-  return sample(logits, per_row, std::vector<std::uint64_t>(static_cast<std::size_t>(n), step)).tokens;
-}
+using test::Draws;
+using test::draws_by_seed;
+using test::expect_error;
+using test::kNegInf;
+using test::params;
+using test::random_rows;
+using test::rows_of;
+using test::sample;
 
 std::set<std::int32_t> kept_by_sampling(const std::vector<float>& row, SamplingParams params) {
   const std::vector<std::int32_t> tokens = draws_by_seed(row, params, 4000);
@@ -64,15 +41,6 @@ std::vector<float> known_logits() {
   std::vector<float> logits;
   for (const double v : p) logits.push_back(static_cast<float>(std::log(v)));
   return logits;
-}
-
-SamplingParams params(float temperature, std::int32_t top_k = 0, float top_p = 1.f, float min_p = 0.f) {
-  SamplingParams p;
-  p.temperature = temperature;
-  p.top_k = top_k;
-  p.top_p = top_p;
-  p.min_p = min_p;
-  return p;
 }
 
 TEST(Sampling, GreedyIsArgmaxWithTheLowestIndexOnTies) {
@@ -172,47 +140,69 @@ TEST(Sampling, ValidateNamesTheField) {
   expect_invalid(params(1.f, 0, 1.f, -0.01f), "min_p");
   expect_invalid(params(1.f, 0, 1.f, 1.5f), "min_p");
   expect_invalid(params(1.f, 0, 1.f, NAN), "min_p");
-}
-
-void expect_error(const std::function<void()>& call, const std::string& words) {
-  try {
-    call();
-    ADD_FAILURE() << words << ": no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+  const auto with = [](auto set) {
+    SamplingParams p = params(1.f);
+    set(p);
+    return p;
+  };
+  validate(with([](SamplingParams& p) { p.presence_penalty = -2.f, p.frequency_penalty = 2.f; }));
+  validate(with([](SamplingParams& p) { p.repetition_penalty = 0.01f, p.logprobs = kMaxTopLogprobs; }));
+  for (const float bad : {-2.01f, 2.5f, NAN, INFINITY}) {
+    expect_invalid(with([&](SamplingParams& p) { p.presence_penalty = bad; }), "presence_penalty");
+    expect_invalid(with([&](SamplingParams& p) { p.frequency_penalty = bad; }), "frequency_penalty");
   }
+  for (const float bad : {0.f, -1.f, NAN, INFINITY})
+    expect_invalid(with([&](SamplingParams& p) { p.repetition_penalty = bad; }), "repetition_penalty");
+  for (const int bad : {-1, kMaxTopLogprobs + 1})
+    expect_invalid(with([&](SamplingParams& p) { p.logprobs = bad; }), "logprobs");
 }
 
 TEST(Sampling, SampleRowsRejectsBadArguments) {
   const Tensor logits = rows_of({{0.f, 1.f}, {1.f, 0.f}});
   std::vector<std::int32_t> tokens(2);
   std::vector<float> logprobs(2);
+  std::vector<TokenLogprob> top;
   const std::vector<std::uint64_t> steps{0, 0};
+  const std::vector<std::int32_t> inputs{1, 0};
+  const TokenHistory none;
   std::vector<SamplingParams> ok(2, params(1.f));
   std::vector<SamplingParams> bad = ok;
   bad[1].top_p = 0.f;
-  expect_error([&] { sample_rows(logits, bad, steps, tokens, logprobs); }, "params[1]: SamplingParams: top_p");
-  expect_error([&] { sample_rows(logits, std::span(ok).first(1), steps, tokens, logprobs); }, "one entry per row");
-  expect_error([&] { sample_rows(logits, ok, steps, std::span(tokens).first(1), logprobs); }, "one entry per row");
-  expect_error([&] { sample_rows(logits.to(DType::bf16), ok, steps, tokens, logprobs); }, "logits must be");
-  expect_error([&] { sample_rows(rows_of({{0.f, NAN}, {0.f, 0.f}}), ok, steps, tokens, logprobs); }, "logits[0, 1]");
-  expect_error([&] { sample_rows(rows_of({{0.f, 0.f}, {kNegInf, kNegInf}}), ok, steps, tokens, logprobs); },
+  const auto call = [&](const Tensor& l, std::span<const SamplingParams> p, std::span<const std::int32_t> in,
+                        const TokenHistory& h, std::span<std::int32_t> t, std::span<TokenLogprob> n) {
+    sample_rows(l, p, steps, in, h, t, logprobs, n);
+  };
+  expect_error([&] { call(logits, bad, {}, none, tokens, top); }, "params[1]: SamplingParams: top_p");
+  expect_error([&] { call(logits, std::span(ok).first(1), {}, none, tokens, top); }, "one entry per row");
+  expect_error([&] { call(logits, ok, {}, none, std::span(tokens).first(1), top); }, "one entry per row");
+  expect_error([&] { call(logits.to(DType::bf16), ok, {}, none, tokens, top); }, "logits must be");
+  expect_error([&] { call(rows_of({{0.f, NAN}, {0.f, 0.f}}), ok, {}, none, tokens, top); }, "logits[0, 1]");
+  expect_error([&] { call(rows_of({{0.f, 0.f}, {kNegInf, kNegInf}}), ok, {}, none, tokens, top); },
                "row 1 is all -inf");
-}
 
-// Random rows: logits ~ 3 N(0, 1) (Box-Muller over the counter hash), a few -inf.
-std::vector<std::vector<float>> random_rows(int rows, int vocab, std::uint64_t seed) {
-  std::vector<std::vector<float>> out(static_cast<std::size_t>(rows), std::vector<float>(static_cast<std::size_t>(vocab)));
-  const std::uint64_t key = stream_key(seed, 0);
-  std::uint64_t n = 0;
-  for (auto& row : out) {
-    for (auto& v : row) {
-      const double u1 = 0.5 * (counter_uniform(key, n++) + 1.0) + 1e-9, u2 = counter_uniform(key, n++);
-      v = static_cast<float>(3.0 * std::sqrt(-2.0 * std::log(u1)) * std::cos(3.14159265358979 * u2));
-    }
-    row[static_cast<std::size_t>(n % static_cast<std::uint64_t>(vocab))] = kNegInf;
-  }
-  return out;
+  std::vector<SamplingParams> asking = ok;  // top-N and penalties need their arrays
+  asking[0].logprobs = 2;
+  expect_error([&] { call(logits, asking, {}, none, tokens, top); }, "need top of rows x 20 = 40 entries, got 0");
+  std::vector<SamplingParams> penalized = ok;
+  penalized[1].frequency_penalty = 0.5f;
+  expect_error([&] { call(logits, penalized, {}, none, tokens, top); }, "need one input token per row");
+  expect_error([&] { call(logits, penalized, std::vector<std::int32_t>{0, 2}, none, tokens, top); },
+               "input_tokens[1] = 2 is outside the vocabulary [0, 2)");
+  const auto history = [](std::vector<std::int32_t> offsets, std::vector<TokenCount> entries) {
+    return TokenHistory{std::move(offsets), std::move(entries)};
+  };
+  expect_error([&] { call(logits, penalized, inputs, history({0, 1}, {{0, 1}}), tokens, top); },
+               "offsets must be rows + 1 = 3 entries");
+  expect_error([&] { call(logits, penalized, inputs, history({0, 1, 1}, {{0, 1}, {1, 1}}), tokens, top); },
+               "offsets must be rows + 1 = 3 entries from 0 to entries.size() = 2");
+  expect_error([&] { call(logits, penalized, inputs, history({0, 0, 2}, {{1, 1}, {1, 2}}), tokens, top); },
+               "row 1's tokens must be strictly increasing, got 1 after 1");
+  expect_error([&] { call(logits, penalized, inputs, history({0, 0, 1}, {{2, 1}}), tokens, top); },
+               "row 1 holds token 2, outside the vocabulary [0, 2)");
+  expect_error([&] { call(logits, penalized, inputs, history({0, 1, 1}, {{0, -1}}), tokens, top); },
+               "row 0 token 0 has generated count -1");
+  expect_error([&] { call(logits, penalized, inputs, history({}, {{0, 1}}), tokens, top); },
+               "1 entries without offsets");
 }
 
 TEST(Sampling, LogprobsAreTheFloat64LogSoftmaxOfTheRawLogits) {
@@ -332,6 +322,34 @@ TEST(SamplingChiSquare, DrawsFitTheFilteredDistribution) {
     SamplingParams hotter = c.params;
     hotter.temperature *= 1.3f;
     EXPECT_FALSE(fits(counts, reference::filtered_distribution(*c.logits, hotter).probabilities, n)) << label;
+  }
+}
+
+// Penalties with temperature and filters: the draws fit the reference's penalized row l'
+// (counted from the sequence's tokens) and not the unpenalized one.
+TEST(SamplingChiSquare, DrawsFitThePenalizedDistribution) {
+  const std::vector<float> twelve{2.0f, 1.2f, 0.3f, -0.5f, 1.7f, -1.0f, 0.9f, 0.0f, -2.0f, 1.5f, -0.2f, 0.6f};
+  const test::SequenceTokens seq{{0, 4, 9, 4}, {1, 0, 0, 6, 1}};
+  const auto with_penalties = [](SamplingParams p, float presence, float frequency, float repetition) {
+    p.presence_penalty = presence;
+    p.frequency_penalty = frequency;
+    p.repetition_penalty = repetition;
+    return p;
+  };
+  const std::vector<SamplingParams> cases{with_penalties(params(0.7f), 0.3f, 0.4f, 1.3f),
+                                          with_penalties(params(1.f, 6), 0.f, -0.5f, 1.f),
+                                          with_penalties(params(0.9f, 0, 0.8f), 0.f, 0.f, 0.7f)};
+  constexpr int n = 20000;
+  for (const SamplingParams& p : cases) {
+    const auto label = "presence " + ::testing::PrintToString(p.presence_penalty) + " frequency " +
+                       ::testing::PrintToString(p.frequency_penalty) + " repetition " +
+                       ::testing::PrintToString(p.repetition_penalty);
+    std::vector<int> counts(twelve.size(), 0);
+    for (const std::int32_t t : draws_by_seed(twelve, p, n, 0, &seq)) ++counts[static_cast<std::size_t>(t)];
+    const auto expected = reference::filtered_distribution(seq.penalized(twelve, p), p);
+    const ChiSquare fit = chi_square(counts, expected.probabilities, n);
+    EXPECT_LT(fit.statistic, critical_0999(fit.degrees)) << label << ": " << fit.degrees << " degrees";
+    EXPECT_FALSE(fits(counts, reference::filtered_distribution(twelve, p).probabilities, n)) << label;
   }
 }
 

@@ -1,6 +1,8 @@
 // tree_attention in every mode, attend() and hydragen_attention against the float64
 // reference (plain full attention over each sequence's concatenated context) on random
-// trees. Metric: relative_max_error (max |out − ref| / max |ref|) <= 1e-5, no NaN.
+// trees. All of them page the tree (segments back to back, so most start inside a page) and
+// run the engine's plan on the CPU. Metric: relative_max_error (max |out − ref| / max |ref|)
+// <= 1e-5, no NaN.
 #include <chrono>
 #include <numeric>
 
@@ -20,11 +22,13 @@ struct TreeShape {
   int query_tokens;
   bool causal = true;
   DType dtype = DType::f32;
+  int page_size = 64;
 };
 
 std::string describe(const TreeShape& s) {
   return concat("depth ", s.depth, " fanout ", s.fanout, " batch ", s.batch, " Hq ", s.heads, " Hkv ", s.kv_heads,
-                " d ", s.head_dim, " T ", s.query_tokens, s.causal ? " causal " : " ", dtype_name(s.dtype));
+                " d ", s.head_dim, " T ", s.query_tokens, s.causal ? " causal " : " ", dtype_name(s.dtype), " page ",
+                s.page_size);
 }
 
 // Segments level by level (the root level has 1 or 2 roots, a forest); sequences hang under
@@ -85,6 +89,7 @@ void check_tree(const TreeShape& shape) {
   const Tensor q = random_tensor({tree.query_rows(), shape.heads, shape.head_dim}, shape.dtype, rng);
   TreeAttentionOptions options;
   options.causal = shape.causal;
+  options.page_size = shape.page_size;
   const auto start = std::chrono::steady_clock::now();
   const AttentionState reference = reference_tree_attention(tree, q, options);
   const auto reference_done = std::chrono::steady_clock::now();
@@ -116,11 +121,28 @@ void check_tree(const TreeShape& shape) {
 // suite stays within a few minutes on 2 cores.
 TEST(TreeAttention, SingleSequenceSingleHead) { check_tree({1, 1, 1, 1, 1, 64, 1}); }
 TEST(TreeAttention, OnePrefixBatch256Gqa8) { check_tree({1, 1, 256, 8, 1, 128, 1}); }
-TEST(TreeAttention, FanOut64Gqa4) { check_tree({2, 64, 256, 16, 4, 64, 1}); }
+TEST(TreeAttention, FanOut64Gqa4Page16) { check_tree({2, 64, 256, 16, 4, 64, 1, true, DType::f32, 16}); }
 TEST(TreeAttention, Depth4Gqa4FiveCausalTokens) { check_tree({4, 3, 48, 32, 8, 128, 5}); }
-TEST(TreeAttention, Depth3Gqa1FiveCausalTokensBf16) { check_tree({3, 4, 48, 8, 8, 64, 5, true, DType::bf16}); }
+TEST(TreeAttention, Depth3Gqa1FiveCausalTokensBf16Page16) { check_tree({3, 4, 48, 8, 8, 64, 5, true, DType::bf16, 16}); }
 TEST(TreeAttention, Depth4Gqa8FiveCausalTokens) { check_tree({4, 2, 160, 8, 1, 64, 5}); }
-TEST(TreeAttention, Depth2NonCausalTokensF16) { check_tree({2, 5, 24, 8, 2, 128, 5, false, DType::f16}); }
+TEST(TreeAttention, Depth2NonCausalTokensF16Page128) {
+  check_tree({2, 5, 24, 8, 2, 128, 5, false, DType::f16, 128});
+}
+
+// A given softmax scale reaches the plan runner: every mode against the reference at that scale.
+TEST(TreeAttention, GivenScaleMatchesReference) {
+  Rng rng;
+  SCOPED_TRACE(rng.trace());
+  const SharingTree tree = random_tree({2, 3, 12, 8, 2, 64, 3}, rng);
+  const Tensor q = random_tensor({tree.query_rows(), 8, 64}, DType::f32, rng);
+  TreeAttentionOptions options;
+  options.scale = 0.31f;
+  const AttentionState reference = reference_tree_attention(tree, q, options);
+  for (AttentionMode mode : {AttentionMode::hydragen, AttentionMode::paged, AttentionMode::dense}) {
+    options.mode = mode;
+    expect_state_near(tree_attention(tree, q, options), reference, kTolerance, mode_name(mode));
+  }
+}
 
 TEST(TreeAttention, EmptyContextIsEmptyState) {
   SharingTree tree;

@@ -10,7 +10,7 @@
 namespace hydragen::test {
 
 inline std::filesystem::path tokenizer_fixtures() {
-  return std::filesystem::path(__FILE__).parent_path() / "fixtures" / "tokenizer";
+  return std::filesystem::path(HYDRAGEN_TEST_FIXTURES) / "tokenizer";
 }
 
 inline nlohmann::json read_json_file(const std::filesystem::path& file) {

@@ -5,7 +5,7 @@
 #include "hydragen/error.h"
 
 #ifdef HYDRAGEN_WITH_CUDA
-#include "backend/cuda/cuda_bench.h"
+#include "bench/cuda/cuda_bench.h"
 #endif
 
 namespace hydragen::bench {

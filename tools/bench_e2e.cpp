@@ -23,7 +23,7 @@
 #include "model/presets.h"
 #include "model/weights.h"
 #ifdef HYDRAGEN_WITH_CUDA
-#include "backend/cuda/cuda_bench.h"
+#include "bench/cuda/cuda_bench.h"
 #endif
 
 namespace hydragen::bench {
@@ -132,10 +132,10 @@ std::vector<engine::GenerationRequest> requests_under(const std::vector<std::int
 
 // Prefills `requests` (`batch` sequences in all) and times their decode; a row that says
 // "skipped" when they do not all fit the KV pool at once.
-PointResult time_generation(engine::ModelRunner& runner, engine::AttentionChoice mode,
+PointResult time_generation(engine::ModelRunner& runner, AttentionMode mode,
                             const std::vector<engine::GenerationRequest>& requests, std::int64_t batch,
                             const E2eOptions& o) {
-  nlohmann::json row{{"mode", engine::choice_name(mode)}, {"batch", batch}, {"new_tokens", o.new_tokens}};
+  nlohmann::json row{{"mode", mode_name(mode)}, {"batch", batch}, {"new_tokens", o.new_tokens}};
   engine::EngineOptions eo;
   eo.attention = mode;
   eo.max_running = batch;
@@ -219,13 +219,13 @@ void print_scenario_row(const std::string& preset, const nlohmann::json& row) {
 // Long-document QA: B questions (own tokens each) about one shared document; total time =
 // prefill (the document once, the questions) + decode.
 void run_docqa(engine::ModelRunner& runner, const ModelConfig& config, const std::string& preset,
-               const std::vector<engine::AttentionChoice>& modes, const E2eOptions& o, nlohmann::json& rows) {
+               const std::vector<AttentionMode>& modes, const E2eOptions& o, nlohmann::json& rows) {
   std::mt19937 rng(static_cast<std::uint32_t>(o.seed));
   const std::vector<std::int32_t> doc = random_prompt(rng, config, o.doc_tokens);
   for (std::int64_t questions : cli::parse_count_list(o.questions, "--questions")) {
     const std::vector<engine::GenerationRequest> requests =
         requests_under(doc, questions, o.question_tokens, 1, rng, config, o);
-    for (engine::AttentionChoice mode : modes) {
+    for (AttentionMode mode : modes) {
       PointResult r = time_generation(runner, mode, requests, questions, o);
       r.row["case"] = "docqa";
       r.row["preset"] = preset;
@@ -263,7 +263,7 @@ void run_two_level_job(engine::ModelRunner& runner, const ModelConfig& config, c
   for (const char* level : {"two-level", "one-level"}) {
     const std::vector<engine::GenerationRequest> shaped = at_level(requests, level, o);
     engine::EngineOptions eo;
-    eo.attention = engine::AttentionChoice::hydragen;
+    eo.attention = AttentionMode::hydragen;
     eo.max_running = o.run_job * o.samples;
     eo.overlap_steps = o.overlap_steps;
     engine::Engine engine(runner, eo);
@@ -318,7 +318,7 @@ void run_two_level(engine::ModelRunner& runner, const ModelConfig& config, const
     const std::vector<engine::GenerationRequest> requests =
         requests_under(fewshot, problems, o.problem_tokens, o.samples, rng, config, o);
     for (const char* level : {"two-level", "one-level"}) {
-      PointResult r = time_generation(runner, engine::AttentionChoice::hydragen, at_level(requests, level, o),
+      PointResult r = time_generation(runner, AttentionMode::hydragen, at_level(requests, level, o),
                                       problems * o.samples, o);
       r.row["case"] = level;
       r.row["preset"] = preset;
@@ -362,8 +362,8 @@ void run_two_level(engine::ModelRunner& runner, const ModelConfig& config, const
 void run_e2e(const E2eOptions& o) {
   const auto batches = cli::parse_count_list(o.batch, "--batch");
   const auto prefixes = cli::parse_count_list(o.prefix, "--prefix");
-  std::vector<engine::AttentionChoice> modes;
-  for (const std::string& m : cli::parse_word_list(o.modes, "--modes")) modes.push_back(engine::parse_choice(m));
+  std::vector<AttentionMode> modes;
+  for (const std::string& m : cli::parse_word_list(o.modes, "--modes")) modes.push_back(parse_mode(m));
   HG_CHECK(o.steps == "full" || o.steps == "sampled" || o.steps == "auto", "--steps: expected full, sampled or auto");
   HG_CHECK(o.new_tokens >= 4 && o.sample_points >= 2, "--new-tokens must be >= 4 and --sample-points >= 2");
 
@@ -436,10 +436,10 @@ void run_e2e(const E2eOptions& o) {
       for (std::int64_t batch : batches) {
         std::vector<PointResult> point;
         double none_step = 0, paged_tps = 0;
-        for (engine::AttentionChoice mode : modes) {
+        for (AttentionMode mode : modes) {
           std::mt19937 rng(static_cast<std::uint32_t>(o.seed + prefix));
           if (own_kv_bytes(batch) > kv_ceiling) {
-            nlohmann::json row{{"mode", engine::choice_name(mode)}, {"batch", batch}, {"new_tokens", o.new_tokens},
+            nlohmann::json row{{"mode", mode_name(mode)}, {"batch", batch}, {"new_tokens", o.new_tokens},
                                {"skipped", true}};
             row["skip_reason"] = "out of memory: the batch's own K/V (" + human_gb(own_kv_bytes(batch)) +
                                  ") exceeds the " + human_gb(kv_ceiling) +
@@ -454,8 +454,8 @@ void run_e2e(const E2eOptions& o) {
                                           batch, o);
           r.row["prefix"] = prefix;
           r.row["preset"] = preset;
-          if (mode == engine::AttentionChoice::none && r.tokens_per_s > 0) none_step = double(batch) / r.tokens_per_s;
-          if (mode == engine::AttentionChoice::paged) paged_tps = r.tokens_per_s;
+          if (mode == AttentionMode::none && r.tokens_per_s > 0) none_step = double(batch) / r.tokens_per_s;
+          if (mode == AttentionMode::paged) paged_tps = r.tokens_per_s;
           point.push_back(std::move(r));
         }
         // The floor of a step: our own `none` step + the shared prefix's attention at the

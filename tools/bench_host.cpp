@@ -95,7 +95,7 @@ void run_host(const HostOptions& o) {
             const std::int64_t pages = (prefix + 63) / 64 + batch * ((new_tokens + 63) / 64 + 1) + 64;
             NullRunner runner(config, pages);
             engine::EngineOptions options;
-            options.attention = engine::parse_choice(mode);
+            options.attention = parse_mode(mode);
             options.plan_ahead = ahead;
             options.overlap_steps = false;  // (plan_ahead is the step-by-step engine's overlap)
             options.max_running = batch;

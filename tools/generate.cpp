@@ -112,7 +112,7 @@ class Progress {
 
 GenerateSummary run_generate(const GenerateOptions& o, std::FILE* out, std::FILE* log) {
   check_options(o);
-  const engine::AttentionChoice attention = engine::parse_choice(o.attention);
+  const AttentionMode attention = parse_mode(o.attention);
   const ModelConfig config = o.model_dir.empty() ? load_preset(o.random_preset) : load_model_config(o.model_dir);
 
   std::unique_ptr<Tokenizer> tokenizer;
@@ -121,7 +121,8 @@ GenerateSummary run_generate(const GenerateOptions& o, std::FILE* out, std::FILE
   engine::GenerationRequest defaults;
   defaults.n = o.n;
   defaults.max_new_tokens = o.max_new_tokens;
-  defaults.sampling = {o.temperature, o.top_k, o.top_p, o.min_p, o.seed};
+  defaults.sampling = {o.temperature, o.top_k, o.top_p, o.min_p, o.seed, o.presence_penalty, o.frequency_penalty,
+                       o.repetition_penalty};
   defaults.stop_strings = o.stop;
   for (std::int64_t id : o.stop_ids.empty() ? std::vector<std::int64_t>{} : parse_count_list(o.stop_ids, "--stop-id"))
     defaults.stop_token_ids.push_back(static_cast<std::int32_t>(id));
@@ -272,7 +273,7 @@ GenerateSummary run_generate(const GenerateOptions& o, std::FILE* out, std::FILE
                "  prefill: %lld tokens, %.3f s\n"
                "  KV:      peak %.3f GiB (%lld pages of %d tokens); tokens stored once %lld vs %lld per sequence (%.1fx)\n",
                static_cast<long long>(summary.completions), static_cast<long long>(summary.errors),
-               static_cast<long long>(summary.tokens), runner->device_name().c_str(), engine::choice_name(attention),
+               static_cast<long long>(summary.tokens), runner->device_name().c_str(), mode_name(attention),
                static_cast<long long>(st.decode_tokens), static_cast<long long>(st.decode_steps),
                static_cast<long long>(st.overlapped_steps), static_cast<long long>(st.dropped_rows), st.decode_seconds,
                st.decode_seconds > 0 ? st.decode_tokens / st.decode_seconds : 0.0,
@@ -296,7 +297,8 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--prompt-ids", o->prompt_ids, "Prompt as comma-separated token ids (e.g. 1,2,3)");
   cmd->add_option("--requests", o->requests_file,
                   "JSONL, one request per line: prompt | prompt_ids | segments | segment_ids, and optional n, "
-                  "max_new_tokens, temperature, top_p, top_k, min_p, seed, stop, stop_token_ids");
+                  "max_new_tokens, temperature, top_p, top_k, min_p, seed, stop, stop_token_ids, presence_penalty, "
+                  "frequency_penalty, repetition_penalty");
   cmd->add_option("-n", o->n, "Samples per prompt (they share the prompt's K/V)")->capture_default_str();
   cmd->add_option("--max-new-tokens", o->max_new_tokens, "Tokens to generate per sample")->capture_default_str();
   cmd->add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str();
@@ -304,6 +306,14 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--top-k", o->top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
   cmd->add_option("--min-p", o->min_p, "Keep tokens with p >= min_p * p_max (0 = off)")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Sampling seed; sample i of a request uses seed + i")->capture_default_str();
+  cmd->add_option("--presence-penalty", o->presence_penalty, "Minus this for each token generated before, [-2, 2]")
+      ->capture_default_str();
+  cmd->add_option("--frequency-penalty", o->frequency_penalty,
+                  "Minus this per time a token was generated before, [-2, 2]")
+      ->capture_default_str();
+  cmd->add_option("--repetition-penalty", o->repetition_penalty,
+                  "Divide (> 0) or multiply (<= 0) the logit of a prompt or generated token (1 = off)")
+      ->capture_default_str();
   cmd->add_option("--stop", o->stop, "Stop string (repeatable)");
   cmd->add_option("--stop-id", o->stop_ids, "Stop token ids, comma-separated (EOS is one unless --ignore-eos)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at the tokenizer's EOS");

@@ -24,6 +24,7 @@ struct GenerateOptions {
   int n = 1;
   std::int64_t max_new_tokens = 32;
   float temperature = 0.f, top_p = 1.f, min_p = 0.f;
+  float presence_penalty = 0.f, frequency_penalty = 0.f, repetition_penalty = 1.f;
   int top_k = 0;
   std::uint64_t seed = 0;      // sampling seed; sample i of a request uses seed + i
   std::vector<std::string> stop;

@@ -68,7 +68,8 @@ ParsedRequest parse_request_line(const std::string& text, const engine::Generati
     }
     HG_CHECK(line.is_object(), "a request line must be a JSON object");
     static const char* known[] = {"prompt", "prompt_ids", "segments", "segment_ids", "n", "max_new_tokens",
-                                  "temperature", "top_p", "top_k", "min_p", "seed", "stop", "stop_token_ids"};
+                                  "temperature", "top_p", "top_k", "min_p", "seed", "stop", "stop_token_ids",
+                                  "presence_penalty", "frequency_penalty", "repetition_penalty"};
     for (const auto& [key, value] : line.items()) {
       bool ok = false;
       for (const char* k : known) ok |= key == k;
@@ -107,6 +108,9 @@ ParsedRequest parse_request_line(const std::string& text, const engine::Generati
     read_float(line, "top_p", r.sampling.top_p);
     read_integer(line, "top_k", r.sampling.top_k, 0, INT32_MAX);
     read_float(line, "min_p", r.sampling.min_p);
+    read_float(line, "presence_penalty", r.sampling.presence_penalty);
+    read_float(line, "frequency_penalty", r.sampling.frequency_penalty);
+    read_float(line, "repetition_penalty", r.sampling.repetition_penalty);
     if (line.contains("seed")) {  // any unsigned 64-bit value
       const json& seed = line["seed"];
       HG_CHECK(seed.is_number_unsigned() || (seed.is_number_integer() && seed.get<std::int64_t>() >= 0),

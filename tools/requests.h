@@ -1,7 +1,8 @@
 // Requests of `hydragen generate`: from the command line's flags or a JSONL file whose lines
 // each name a prompt ("prompt" text, "prompt_ids", or "segments" / "segment_ids": pieces whose
 // boundaries pin the sharing tree) and optional "n", "max_new_tokens", "temperature", "top_p",
-// "top_k", "min_p", "seed", "stop", "stop_token_ids". A bad line becomes an error of its own.
+// "top_k", "min_p", "seed", "stop", "stop_token_ids", "presence_penalty", "frequency_penalty",
+// "repetition_penalty". A bad line becomes an error of its own.
 #pragma once
 
 #include <optional>

@@ -4,10 +4,10 @@
 // N bytes once reach at the sizes of the small paged/dense points (34-135 MB), launch and
 // ramp included? Each configuration streams the buffer with 16-byte loads, `kLoads` in flight
 // per thread, over `blocks` x 256 threads; the best configuration per size is reported.
-// The read and the timer are the bench's own (src/backend/cuda/bench_timing.cuh): `hydragen
+// The read and the timer are the bench's own (bench/cuda/bench_timing.cuh): `hydragen
 // bench attention` measures each point's floor with the same read (loads 4, 4-16 blocks per SM).
 // Build and run on a GPU machine:
-//   nvcc -O2 -std=c++20 -Iinclude -Isrc -gencode arch=compute_90a,code=sm_90a \
+//   nvcc -O2 -std=c++20 -I. -Iinclude -Isrc -gencode arch=compute_90a,code=sm_90a \
 //        bench/probes/read_floor.cu -o read_floor && ./read_floor
 // `./read_floor MB [BLOCKS_PER_SM LOADS]` times one size (and one configuration): the run to put
 // under Nsight Compute beside a kernel reading as many bytes.
@@ -18,7 +18,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "backend/cuda/bench_timing.cuh"
+#include "bench/cuda/bench_timing.cuh"
 
 using namespace hydragen::cuda;
 

@@ -20,7 +20,7 @@ namespace hydragen {
 
 // ---- attention state --------------------------------------------------------------------
 struct AttentionState {
-  Tensor o;    // f32 [rows, Hq, d]: softmax-weighted values
+  Tensor o;    // f32 [rows, Hq, d]: softmax-weighted values (tree attention on CUDA: q's dtype)
   Tensor lse;  // f32 [rows, Hq]: natural-log sum of exp(scaled scores); -inf when empty
 
   // The state of an empty segment: o = 0, lse = -inf.
@@ -44,7 +44,8 @@ struct AttentionOptions {
 };
 
 // q [T, Hq, d], k and v [S, Hkv, d], Hq a multiple of Hkv (GQA). f32, f16 or bf16 on the
-// CPU (computed in f32). Returns the state of the T query rows.
+// CPU (computed in f32). Returns the state of the T query rows: tree attention of one sequence
+// whose suffix is k, v.
 AttentionState attend(const Tensor& q, const Tensor& k, const Tensor& v,
                       const AttentionOptions& options = {});
 
@@ -85,22 +86,33 @@ struct SharingTree {
   std::int64_t context_tokens(int sequence) const;  // ancestors' lengths + suffix
 };
 
-// How attention reads shared segments. All three give the same result.
+// How attention reads shared segments. hydragen, paged and dense give the same result; none
+// is the model-level throughput ceiling (attention skipped, projections kept), which no
+// attention call accepts.
 enum class AttentionMode {
   hydragen,  // every segment attended once by the stacked queries of all sequences below it
   paged,     // each sequence reads its whole context itself, prefix from the one shared store
   dense,     // each sequence holds and reads its own contiguous copy of its context
+  none,      // attention skipped (the engine's and benchmarks' ceiling)
 };
 const char* mode_name(AttentionMode mode);
-AttentionMode parse_mode(const std::string& name);  // throws on an unknown name
+// Throws hydragen::Error naming the unknown name and the four accepted ones.
+AttentionMode parse_mode(const std::string& name);
 
 struct TreeAttentionOptions {
-  std::optional<float> scale;  // default 1/sqrt(head_dim)
+  std::optional<float> scale;  // default 1/sqrt(head_dim); given, finite and > 0
   bool causal = true;          // mask among a sequence's own query tokens
   AttentionMode mode = AttentionMode::hydragen;
+  int page_size = 64;          // tokens per page of the pool the tree is paged into (2^k >= 16)
 };
 
 // q [query_rows, Hq, d] packed as described above. Returns the exact state per query row.
+// The engine's path: the tree is paged into a K/V pool (segments back to back, each sequence
+// on pages of its own; dense: a copy of its context each), planned for the mode
+// (plan::build_attention_plan) and run by the plan runner of q's device: on the CPU (K/V and
+// q any float dtype) an f32 state; on CUDA (q bf16 or f16; K/V on the device in q's dtype,
+// or on the host) a state on the device, o in q's dtype, ordered on the legacy default stream
+// (backend/cuda/cuda_attention.h says what the call waits for).
 AttentionState tree_attention(const SharingTree& tree, const Tensor& q,
                               const TreeAttentionOptions& options = {});
 

@@ -1,7 +1,6 @@
-// attend(): validation, then the backend.
+// attend(): validation, then tree attention of a one-sequence tree (its keys the suffix, its
+// T queries the suffix's last T positions): the same plan runner as every other attention call.
 #include "attention/input_checks.h"
-#include "backend/cpu/cpu_attention.h"
-#include "backend/cpu/head_tile.h"
 #include "hydragen/attention.h"
 #include "hydragen/error.h"
 
@@ -21,7 +20,13 @@ AttentionState attend(const Tensor& q, const Tensor& k, const Tensor& v, const A
   HG_CHECK(!options.causal || q.size(0) == 1 || q.size(0) <= k.size(0), "attend: causal attention of T=", q.size(0),
            " queries needs k of shape [S >= ", q.size(0), ", Hkv, d] (the queries are the last T keys), got ",
            k.shape_str());
-  return cpu::attend(q, k, v, cpu::softmax_scale(options.scale, k.size(2)), options.causal);
+  if (q.size(0) == 0) return AttentionState::empty(0, q.size(1), q.size(2));
+  SharingTree tree;
+  tree.sequences.push_back({kNoParent, k, v, q.size(0)});
+  TreeAttentionOptions tree_options;
+  tree_options.scale = options.scale;
+  tree_options.causal = options.causal;
+  return tree_attention(tree, q, tree_options);
 }
 
 }  // namespace hydragen

@@ -26,7 +26,8 @@ void check_query_shape(const char* function, const Tensor& q, std::int64_t rows,
 }
 
 void check_scale(const char* function, const std::optional<float>& scale) {
-  HG_CHECK(!scale || std::isfinite(*scale), function, ": options.scale is ", *scale, ", expected a finite number");
+  HG_CHECK(!scale || (std::isfinite(*scale) && *scale > 0), function, ": options.scale is ", *scale,
+           ", expected a finite number > 0");
 }
 
 }  // namespace hydragen

@@ -18,7 +18,7 @@ void check_attention_operand(const char* function, const char* name, const Tenso
 void check_query_shape(const char* function, const Tensor& q, std::int64_t rows, const char* rows_name,
                        std::int64_t kv_heads, std::int64_t head_dim);
 
-// A given softmax scale must be finite.
+// A given softmax scale must be finite and positive.
 void check_scale(const char* function, const std::optional<float>& scale);
 
 }  // namespace hydragen

@@ -119,19 +119,4 @@ std::int64_t SharingTree::context_tokens(int sequence) const {
   return tokens + sequences[sequence].k.size(0);
 }
 
-const char* mode_name(AttentionMode mode) {
-  switch (mode) {
-    case AttentionMode::hydragen: return "hydragen";
-    case AttentionMode::paged: return "paged";
-    case AttentionMode::dense: return "dense";
-  }
-  return "unknown";
-}
-
-AttentionMode parse_mode(const std::string& name) {
-  for (auto mode : {AttentionMode::hydragen, AttentionMode::paged, AttentionMode::dense})
-    if (name == mode_name(mode)) return mode;
-  fail("parse_mode: unknown attention mode '", name, "', expected one of hydragen, paged, dense");
-}
-
 }  // namespace hydragen

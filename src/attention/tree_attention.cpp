@@ -1,11 +1,9 @@
-// tree_attention() and reference_tree_attention(): validation, the plan, and the dispatch to
-// a backend by q's device.
+// tree_attention() and reference_tree_attention(): validation, then the backend of q's device.
+// Both backends page the tree and run the engine's attention plan over the pool.
 #include <cmath>
 
 #include "attention/input_checks.h"
-#include "attention/tree_plan.h"
 #include "backend/cpu/cpu_attention.h"
-#include "backend/cpu/head_tile.h"
 #include "hydragen/attention.h"
 #include "hydragen/error.h"
 
@@ -17,10 +15,15 @@ namespace hydragen {
 
 namespace {
 
-// Everything tree attention needs beyond SharingTree::validate: q's shape, one device for
-// all, and, for causal attention with several query tokens, suffixes that hold the queries.
+// Everything tree attention needs beyond SharingTree::validate: an attention mode, a page size,
+// q's shape, one device for all, and, for causal attention with several query tokens,
+// suffixes that hold the queries.
 void check_tree_inputs(const char* function, const SharingTree& tree, const Tensor& q,
                        const TreeAttentionOptions& options) {
+  HG_CHECK(options.mode != AttentionMode::none, function,
+           ": options.mode is none (a model-level mode: attention skipped), expected hydragen, paged or dense");
+  HG_CHECK(options.page_size >= 16 && (options.page_size & (options.page_size - 1)) == 0, function,
+           ": options.page_size is ", options.page_size, ", expected a power of two >= 16");
   tree.validate();
   check_scale(function, options.scale);
   const std::int64_t kv_heads = tree.kv_heads();
@@ -32,7 +35,7 @@ void check_tree_inputs(const char* function, const SharingTree& tree, const Tens
   }
   check_query_shape(function, q, tree.query_rows(), "query_rows", kv_heads, tree.head_dim());
   const Device kv_device = tree.segments.empty() ? tree.sequences[0].k.device() : tree.segments[0].k.device();
-  // The CUDA backend pages K/V from wherever they live; the CPU one reads them in place.
+  // The CUDA backend pages K/V from wherever they live; the CPU one reads host memory only.
   HG_CHECK(q.device() == Device::cuda || kv_device == Device::cpu, function, ": q is on cpu but the tree's K/V is on ",
            device_name(kv_device), ", expected K/V on the cpu (or q on cuda)");
   if (!options.causal) return;
@@ -45,25 +48,22 @@ void check_tree_inputs(const char* function, const SharingTree& tree, const Tens
   }
 }
 
-AttentionState empty_result(const Tensor& q) {
-  return AttentionState::empty(0, q.size(1), q.size(2), q.device());
-}
-
 }  // namespace
 
 AttentionState tree_attention(const SharingTree& tree, const Tensor& q, const TreeAttentionOptions& options) {
   check_tree_inputs("tree_attention", tree, q, options);
-  if (q.size(0) == 0) return empty_result(q);
-  if (q.device() == Device::cuda) {
+  const bool on_cuda = q.device() == Device::cuda;
+  if (q.size(0) == 0)  // the state of no rows, in the dtypes the backend returns
+    return {Tensor::empty({0, q.size(1), q.size(2)}, on_cuda ? q.dtype() : DType::f32, q.device()),
+            Tensor::empty({0, q.size(1)}, DType::f32, q.device())};
+  if (on_cuda) {
 #ifdef HYDRAGEN_WITH_CUDA
     return cuda::tree_attention(tree, q, options);
 #else
     fail("tree_attention: q is on cuda but this build has no CUDA backend");
 #endif
   }
-  const TreePlan plan = build_tree_plan(tree);
-  return cpu::tree_attention(tree, plan, q, cpu::softmax_scale(options.scale, q.size(2)), options.causal,
-                             options.mode);
+  return cpu::tree_attention(tree, q, options);
 }
 
 AttentionState reference_tree_attention(const SharingTree& tree, const Tensor& q,
@@ -73,9 +73,8 @@ AttentionState reference_tree_attention(const SharingTree& tree, const Tensor& q
            ", but the reference runs on the cpu only");
   if (q.size(0) == 0)
     return {Tensor::empty({0, q.size(1), q.size(2)}, DType::f64), Tensor::empty({0, q.size(1)}, DType::f64)};
-  const TreePlan plan = build_tree_plan(tree);
   const double scale = options.scale ? *options.scale : 1.0 / std::sqrt(static_cast<double>(q.size(2)));
-  return cpu::reference_tree_attention(tree, plan, q, scale, options.causal);
+  return cpu::reference_tree_attention(tree, q, scale, options.causal);
 }
 
 }  // namespace hydragen

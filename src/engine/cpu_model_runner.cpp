@@ -1,27 +1,14 @@
 // The CPU ModelRunner: Llama::forward_paged over an f32 page pool, sampling on the CPU.
+#include "backend/cpu/paged_attention_cpu.h"
 #include "engine/model_runner.h"
+
+#include <algorithm>
+
 #include "hydragen/error.h"
 #include "model/llama.h"
 #include "model/model_ops.h"
 
 namespace hydragen::engine {
-
-const char* choice_name(AttentionChoice choice) {
-  switch (choice) {
-    case AttentionChoice::hydragen: return "hydragen";
-    case AttentionChoice::paged: return "paged";
-    case AttentionChoice::dense: return "dense";
-    case AttentionChoice::none: return "none";
-  }
-  return "?";
-}
-
-AttentionChoice parse_choice(const std::string& name) {
-  for (AttentionChoice c : {AttentionChoice::hydragen, AttentionChoice::paged, AttentionChoice::dense,
-                            AttentionChoice::none})
-    if (name == choice_name(c)) return c;
-  fail("unknown attention mode '", name, "': expected hydragen, paged, dense or none");
-}
 
 namespace {
 
@@ -39,11 +26,7 @@ class CpuModelRunner final : public ModelRunner {
   std::int64_t kv_bytes_per_token() const override { return PagedKv::bytes_per_token(config(), DType::f32); }
   std::string device_name() const override { return "cpu"; }
   std::int64_t max_step_rows() const override { return std::int64_t{1} << 30; }
-  plan::PlanOptions plan_options(AttentionMode mode) const override {
-    plan::PlanOptions options;
-    options.mode = mode;
-    return options;
-  }
+  plan::PlanOptions plan_options(AttentionMode mode) const override { return cpu::plan_options(mode, true); }
 
   SampledTokens step(const StepRows& rows, const plan::AttentionPlan* plan, const StepSampling* sampling,
                      const std::function<void()>& while_running, bool /*plan_prepared*/) override {
@@ -57,7 +40,11 @@ class CpuModelRunner final : public ModelRunner {
              rows.size(), " rows");
     out.tokens.resize(sampling->params.size());
     out.logprobs.resize(sampling->params.size());
-    sample::sample_rows(logits, sampling->params, sampling->steps, out.tokens, out.logprobs);
+    if (std::any_of(sampling->params.begin(), sampling->params.end(),
+                    [](const sample::SamplingParams& p) { return p.logprobs > 0; }))
+      out.top.resize(sampling->params.size() * sample::kMaxTopLogprobs);
+    sample::sample_rows(logits, sampling->params, sampling->steps, rows.tokens, sampling->history, out.tokens,
+                        out.logprobs, out.top);
     return out;
   }
 

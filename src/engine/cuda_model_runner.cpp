@@ -10,6 +10,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstring>
@@ -28,6 +29,7 @@ namespace hydragen::engine {
 namespace {
 
 constexpr std::int64_t kMinStepRows = 512;                     // prefill chunks up to max(this, max_batch) rows
+constexpr std::int64_t kTopWords = 2 * sample::kMaxTopLogprobs;  // 32-bit words of a row's top-N
 
 // Decode batches are padded up to one of these sizes, so a handful of graphs serve every batch.
 std::int64_t bucket_for(std::int64_t rows) {
@@ -62,12 +64,14 @@ class CudaModelRunner final : public ModelRunner {
     inputs_bytes_ = 3 * cap * sizeof(std::int32_t) + cap * sizeof(std::uint64_t) + cap * sizeof(sample::SamplingParams);
     for (Slot& slot : slots_) {
       slot.host_inputs = pinned<unsigned char>(inputs_bytes_);
-      slot.host_outputs = pinned<std::int32_t>(2 * cap);
+      slot.host_outputs = pinned<std::int32_t>(output_words());
       for (cudaEvent_t* event : {&slot.start, &slot.stop, &slot.done}) HG_CUDA_CHECK(cudaEventCreate(event));
     }
     HG_CUDA_CHECK(cudaMalloc(&inputs_, inputs_bytes_));
-    HG_CUDA_CHECK(cudaMalloc(&out_tokens_, 2 * cap * sizeof(std::int32_t)));
+    HG_CUDA_CHECK(cudaMalloc(&out_tokens_, output_words() * sizeof(std::int32_t)));
     out_logprobs_ = reinterpret_cast<float*>(out_tokens_ + cap);
+    out_top_ = reinterpret_cast<sample::TokenLogprob*>(out_tokens_ + 2 * cap);
+    grow_history(0);
     auto* device_i32 = static_cast<std::int32_t*>(inputs_);
     buffers_.tokens = Tensor::wrap(device_i32, {cap}, DType::i32, Device::cuda);
     buffers_.positions = Tensor::wrap(device_i32 + cap, {cap}, DType::i32, Device::cuda);
@@ -88,9 +92,9 @@ class CudaModelRunner final : public ModelRunner {
   ~CudaModelRunner() override {
     cudaStreamSynchronize(stream_);  // (steps launched and never collected)
     destroy_graphs();
-    cudaFree(inputs_), cudaFree(out_tokens_);
+    cudaFree(inputs_), cudaFree(out_tokens_), cudaFree(history_);
     for (Slot& slot : slots_) {
-      cudaFreeHost(slot.host_inputs), cudaFreeHost(slot.host_outputs);
+      cudaFreeHost(slot.host_inputs), cudaFreeHost(slot.host_outputs), cudaFreeHost(slot.host_history);
       cudaEventDestroy(slot.start), cudaEventDestroy(slot.stop), cudaEventDestroy(slot.done);
     }
     cudaStreamDestroy(stream_);
@@ -111,7 +115,8 @@ class CudaModelRunner final : public ModelRunner {
   // working it out queries every kernel's occupancy.
   plan::PlanOptions plan_options(AttentionMode mode) const override {
     auto& cached = plan_options_[static_cast<std::size_t>(mode)];
-    if (!cached) cached = cuda::plan_options_for_device(DType::bf16, static_cast<int>(config().head_dim), mode, true);
+    if (!cached)
+      cached = cuda::plan_options_for_device(DType::bf16, static_cast<int>(config().head_dim), mode, true, kernel_overrides_);
     return *cached;
   }
   double last_step_device_seconds() const override { return last_device_seconds_; }
@@ -170,7 +175,9 @@ class CudaModelRunner final : public ModelRunner {
   // Two of these, used in turn by the steps launched (launch, collect).
   struct Slot {
     unsigned char* host_inputs = nullptr;  // the pinned mirror of inputs_
-    std::int32_t* host_outputs = nullptr;  // sampled tokens [capacity_], then their logprobs
+    std::int32_t* host_outputs = nullptr;  // sampled tokens [capacity_], their logprobs, their top-N
+    unsigned char* host_history = nullptr;  // the pinned mirror of history_
+    bool top = false;                       // its step's copy out holds the top-N
     cudaEvent_t start = nullptr, stop = nullptr;  // around the step's kernels
     cudaEvent_t done = nullptr;                   // after its tokens' copy to host_outputs
   };
@@ -197,6 +204,9 @@ class CudaModelRunner final : public ModelRunner {
     Slot& slot = slots_[k];
     // Host work first: the inputs and the plan packed into pinned staging.
     const std::size_t input_bytes = stage_inputs(rows, padded, sampling, slot.host_inputs);
+    const std::size_t history_bytes = sampling != nullptr ? stage_history(*sampling, padded, slot) : 0;
+    slot.top = sampling != nullptr && std::any_of(sampling->params.begin(), sampling->params.end(),
+                                                  [](const sample::SamplingParams& p) { return p.logprobs > 0; });
     if (plan != nullptr && !(plan_prepared && attention_ && attention_->has_prepared()))
       prepare_upload(*plan);  // (else packed during the last step: prepare_plan)
     // The input block from the host; after a step in flight, from its positions on: that step's
@@ -204,6 +214,8 @@ class CudaModelRunner final : public ModelRunner {
     const std::size_t skip = tokens_from_last ? capacity_ * sizeof(std::int32_t) : 0;
     HG_CUDA_CHECK(cudaMemcpyAsync(static_cast<unsigned char*>(inputs_) + skip, slot.host_inputs + skip,
                                   input_bytes - skip, cudaMemcpyHostToDevice, stream_));
+    if (history_bytes > 0)
+      HG_CUDA_CHECK(cudaMemcpyAsync(history_, slot.host_history, history_bytes, cudaMemcpyHostToDevice, stream_));
     if (plan != nullptr) attention_->upload_prepared(stream_);  // one asynchronous copy on the step's stream
 
     HG_CUDA_CHECK(cudaEventRecord(slot.start, stream_));
@@ -218,8 +230,10 @@ class CudaModelRunner final : public ModelRunner {
     }
     HG_CUDA_CHECK(cudaEventRecord(slot.stop, stream_));
     if (sampling != nullptr) {
-      // tokens [0, n) and logprobs [capacity_, capacity_ + n) in one copy
-      HG_CUDA_CHECK(cudaMemcpyAsync(slot.host_outputs, out_tokens_, (capacity_ + n) * sizeof(std::int32_t),
+      // tokens [0, n) and logprobs [capacity_, capacity_ + n) in one copy, and the rows' top-N
+      // after them where a row asked
+      const std::int64_t words = slot.top ? 2 * capacity_ + n * kTopWords : capacity_ + n;
+      HG_CUDA_CHECK(cudaMemcpyAsync(slot.host_outputs, out_tokens_, words * sizeof(std::int32_t),
                                     cudaMemcpyDeviceToHost, stream_));
     }
     HG_CUDA_CHECK(cudaEventRecord(slot.done, stream_));
@@ -239,6 +253,10 @@ class CudaModelRunner final : public ModelRunner {
       const auto* logprobs = reinterpret_cast<const float*>(slot.host_outputs + capacity_);
       out.tokens.assign(slot.host_outputs, slot.host_outputs + n);
       out.logprobs.assign(logprobs, logprobs + n);
+      if (slot.top) {
+        const auto* top = reinterpret_cast<const sample::TokenLogprob*>(slot.host_outputs + 2 * capacity_);
+        out.top.assign(top, top + n * sample::kMaxTopLogprobs);
+      }
     }
     return out;
   }
@@ -276,12 +294,49 @@ class CudaModelRunner final : public ModelRunner {
     return end;
   }
 
+  // The step's penalty history into the slot's pinned mirror of history_ (offsets for every
+  // row, padding rows empty, then the entries); returns the bytes to copy, 0 when no row has
+  // penalties (no row reads the history then). Past the buffers' capacity they grow, and the
+  // graphs that captured the old ones are dropped.
+  std::size_t stage_history(const StepSampling& sampling, std::int64_t padded, Slot& slot) {
+    if (std::none_of(sampling.params.begin(), sampling.params.end(), sample::has_penalties)) return 0;
+    const std::int64_t n = static_cast<std::int64_t>(sampling.params.size());
+    sample::validate_history(sampling.history, n, config().vocab_size);
+    const auto entries = static_cast<std::int64_t>(sampling.history.entries.size());
+    if (entries > history_capacity_) grow_history(entries);
+    auto* offsets = reinterpret_cast<std::int32_t*>(slot.host_history);
+    for (std::int64_t r = 0; r <= padded; ++r)
+      offsets[r] = sampling.history.offsets.empty() ? 0 : sampling.history.offsets[std::min(r, n)];
+    if (entries > 0)
+      std::memcpy(slot.host_history + history_offsets_bytes(), sampling.history.entries.data(),
+                  entries * sizeof(sample::TokenCount));
+    return history_offsets_bytes() + entries * sizeof(sample::TokenCount);
+  }
+
+  // The history buffers for `entries` entries and half as many more, at least 4096 (after the
+  // steps in flight).
+  void grow_history(std::int64_t entries) {
+    HG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    destroy_graphs();
+    history_capacity_ = std::max<std::int64_t>(entries + entries / 2, 4096);
+    const std::size_t bytes = history_offsets_bytes() + history_capacity_ * sizeof(sample::TokenCount);
+    cudaFree(history_);
+    HG_CUDA_CHECK(cudaMalloc(&history_, bytes));
+    for (Slot& s : slots_) {
+      cudaFreeHost(s.host_history);
+      s.host_history = pinned<unsigned char>(static_cast<std::int64_t>(bytes));
+    }
+  }
+  // The offsets' part of the history buffers: capacity_ + 1 rows, rounded up to 8 bytes.
+  std::size_t history_offsets_bytes() const { return ((capacity_ + 2) / 2) * 2 * sizeof(std::int32_t); }
+  // 32-bit words of the output block: tokens and logprobs [capacity_] each, then the top-N.
+  std::int64_t output_words() const { return 2 * capacity_ + capacity_ * kTopWords; }
+
   // The plan packed for the attention runner's buffers (its upload_prepared copies it); a plan
   // past its capacity makes a larger runner (and drops the graphs that captured the old one's
   // buffers). A plan prepared and not used is replaced.
   void prepare_upload(const plan::AttentionPlan& plan) {
     const cuda::PlanCapacity need = cuda::PlanCapacity::of(plan);
-    const int tile_rows = plan_options(AttentionMode::hydragen).shared_tile_rows;
     if (!attention_ || !attention_capacity_.holds(need)) {
       auto grow = [](std::int64_t v) { return std::max<std::int64_t>(64, v + v / 2); };
       const cuda::PlanCapacity old = attention_ ? attention_capacity_ : cuda::PlanCapacity{};
@@ -292,7 +347,7 @@ class CudaModelRunner final : public ModelRunner {
       destroy_graphs();
       attention_ = std::make_unique<cuda::PagedAttentionRunner>(
           DType::bf16, static_cast<int>(config().head_dim), static_cast<int>(config().num_heads),
-          static_cast<int>(config().num_kv_heads), attention_capacity_, tile_rows);
+          static_cast<int>(config().num_kv_heads), attention_capacity_, kernel_overrides_);
     }
     attention_->prepare(plan);
   }
@@ -317,9 +372,20 @@ class CudaModelRunner final : public ModelRunner {
       };
     }
     model_.forward_rows(rows, buffers_, k_slots, v_slots, attention, sample, stream_);
-    if (sample)
-      cuda::sample_rows(buffers_.logits.slice(0, 0, rows), params_, steps_, out_tokens_, out_logprobs_, stream_,
-                        buffers_.tokens.data<std::int32_t>());  // the next step's inputs, if it follows on the device
+    if (sample) {
+      cuda::SamplingArgs args;
+      args.params = static_cast<const sample::SamplingParams*>(params_);
+      args.steps = steps_;
+      args.input_tokens = buffers_.tokens.data<std::int32_t>();
+      args.history_offsets = static_cast<const std::int32_t*>(history_);
+      args.history =
+          reinterpret_cast<const sample::TokenCount*>(static_cast<unsigned char*>(history_) + history_offsets_bytes());
+      args.tokens = out_tokens_;
+      args.logprobs = out_logprobs_;
+      args.top = out_top_;
+      args.tokens_copy = buffers_.tokens.data<std::int32_t>();  // the next step's inputs, if it follows on the device
+      cuda::sample_rows(buffers_.logits.slice(0, 0, rows), args, stream_);
+    }
   }
 
   void destroy_graphs() {
@@ -364,6 +430,7 @@ class CudaModelRunner final : public ModelRunner {
 
   LlamaCuda model_;
   RunnerOptions options_;
+  const cuda::KernelOverrides kernel_overrides_ = cuda::kernel_overrides_from_environment();  // (read once)
   std::int64_t capacity_ = 0, kv_pages_ = 0;
   LlamaCuda::StepBuffers buffers_;
   PagedKv kv_;
@@ -380,12 +447,18 @@ class CudaModelRunner final : public ModelRunner {
   int next_slot_ = 0;
   std::deque<std::pair<int, std::int64_t>> in_flight_;  // launch_decode's steps: slot, rows
   std::int64_t last_sampled_rows_ = -1;                 // rows of the step launched last (-1: it did not sample)
-  // Step outputs: sampled tokens [capacity_], then their logprobs [capacity_].
+  // Step outputs: sampled tokens [capacity_], then their logprobs [capacity_], then their
+  // top-N [capacity_, kMaxTopLogprobs].
   std::int32_t* out_tokens_ = nullptr;
-  float* out_logprobs_ = nullptr;  // out_tokens_ + capacity_
+  float* out_logprobs_ = nullptr;            // out_tokens_ + capacity_
+  sample::TokenLogprob* out_top_ = nullptr;  // out_tokens_ + 2 * capacity_
+  // Penalty history: offsets [capacity_ + 1] (history_offsets_bytes), then history_capacity_
+  // entries.
+  void* history_ = nullptr;
+  std::int64_t history_capacity_ = 0;
   GraphMap graphs_;
   bool graphs_ok_ = true;
-  mutable std::array<std::optional<plan::PlanOptions>, 3> plan_options_;  // per AttentionMode
+  mutable std::array<std::optional<plan::PlanOptions>, 4> plan_options_;  // per AttentionMode
   double last_device_seconds_ = -1;
 };
 

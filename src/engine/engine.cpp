@@ -73,6 +73,7 @@ struct Engine::Sequence {
   std::int64_t own_tokens = 0;  // tokens whose K/V is in `pages`
   std::int32_t next_token = 0;
   int in_flight = 0;  // decode steps launched with it and not yet collected (overlap_steps)
+  sample::HeldTokens held;  // its tokens counted for the penalties (decode_inputs)
 
   std::int64_t context() const { return (leaf >= 0 ? shared_tokens : 0) + own_tokens; }
 };
@@ -153,7 +154,7 @@ std::size_t Engine::submit(const GenerationRequest& request, int request_index) 
 
 std::int64_t Engine::shared_tokens_of(const GenerationRequest& request) const {
   const auto tree_tokens = static_cast<std::int64_t>(request.prompt.size()) - 1;
-  if (options_.attention == AttentionChoice::dense) return 0;
+  if (options_.attention == AttentionMode::dense) return 0;
   return request.max_shared_tokens < 0 ? tree_tokens : std::min(tree_tokens, request.max_shared_tokens);
 }
 
@@ -302,7 +303,7 @@ void Engine::prefill(const std::vector<kv::NodeId>& nodes) {
         if ((done[id] = begin + len) == static_cast<std::int64_t>(node.tokens.size())) finished.push_back(id);
       }
       std::optional<plan::AttentionPlan> plan;
-      if (options_.attention != AttentionChoice::none)
+      if (options_.attention != AttentionMode::none)
         plan = plan::build_attention_plan(builder.layout, prefill_options);
       runner_.step(rows, plan ? &*plan : nullptr, nullptr, {}, false);
       stats_.prefill_tokens += rows.size();
@@ -339,16 +340,6 @@ bool Engine::all_continue_after_this_step() const {
   return true;
 }
 
-namespace {
-
-AttentionMode mode_of(AttentionChoice choice) {
-  return choice == AttentionChoice::hydragen ? AttentionMode::hydragen
-         : choice == AttentionChoice::paged  ? AttentionMode::paged
-                                             : AttentionMode::dense;
-}
-
-}  // namespace
-
 bool Engine::decode_step() {
   if (!options_.overlap_steps) return decode_step_in_place();
   if (in_flight_.empty() && running_.empty()) return false;
@@ -371,8 +362,8 @@ bool Engine::decode_step_in_place() {
   std::optional<plan::AttentionPlan> plan;
   bool plan_prepared = false;  // handed to the runner's prepare_plan during the last step
   std::function<void()> plan_next;
-  if (options_.attention != AttentionChoice::none) {
-    const AttentionMode mode = mode_of(options_.attention);
+  if (options_.attention != AttentionMode::none) {
+    const AttentionMode mode = options_.attention;
     // The plan built during the last step is this step's only if the layout is the same one
     // (nobody finished, joined or skipped tokens since): a plan is a function of its layout.
     if (plan_ahead_ && plan_ahead_->layout == layout) {
@@ -440,8 +431,10 @@ void Engine::decode_inputs(const plan::PagedLayout& layout, int ahead, StepRows&
     rows.tokens.push_back(seq->next_token);  // (ahead 1: the runner takes the token from the step in flight)
     rows.positions.push_back(static_cast<std::int32_t>(seq->context() + ahead));
     rows.slots.push_back(slot_of(seq->pages, 0, seq->own_tokens + ahead, ps));
+    const std::vector<std::int32_t>& generated = completions_[seq->completion].tokens;
     sampling.params.push_back(seq->params);
-    sampling.steps.push_back(completions_[seq->completion].tokens.size() + ahead);
+    sampling.steps.push_back(generated.size() + ahead);
+    seq->held.append_row(seq->params, seq->request->prompt, generated, sampling.steps.back(), sampling.history);
     stored += seq->own_tokens + 1 + ahead;
     per_sequence += seq->context() + 1 + ahead;
   }
@@ -456,10 +449,8 @@ void Engine::launch_decode(int ahead) {
   InFlight flight{{}, batch_};
   for (const auto& seq : running_) flight.rows.push_back(seq.get());
   std::optional<plan::AttentionPlan> plan;
-  if (options_.attention != AttentionChoice::none) {
-    const AttentionMode mode = mode_of(options_.attention);
-    plan = plan::build_attention_plan(layout, runner_.plan_options(mode));
-  }
+  if (options_.attention != AttentionMode::none)
+    plan = plan::build_attention_plan(layout, runner_.plan_options(options_.attention));
   runner_.launch_decode(rows, plan ? &*plan : nullptr, sampling, ahead > 0);
   for (Sequence* seq : flight.rows) seq->in_flight += 1;
   in_flight_.push_back(std::move(flight));

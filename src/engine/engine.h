@@ -46,7 +46,7 @@ struct Completion {
 };
 
 struct EngineOptions {
-  AttentionChoice attention = AttentionChoice::hydragen;
+  AttentionMode attention = AttentionMode::hydragen;  // none: attention skipped, projections kept
   std::int64_t prefill_chunk_tokens = 2048;  // rows per prefill step
   std::int64_t max_running = 1024;           // sequences decoded together
   // Token ids -> text, for stop strings.

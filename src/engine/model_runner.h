@@ -21,12 +21,6 @@
 
 namespace hydragen::engine {
 
-// How a step reads K/V: the three attention modes, plus `none` (attention skipped, the
-// projections kept: the throughput ceiling the paper compares against).
-enum class AttentionChoice { hydragen, paged, dense, none };
-const char* choice_name(AttentionChoice choice);
-AttentionChoice parse_choice(const std::string& name);  // throws naming the accepted values
-
 inline constexpr std::int64_t kCpuKvBytes = std::int64_t{1} << 30;  // the CPU runner's default K/V pool
 // Left free after the CUDA runner's pool: cuBLAS workspace, plan buffers and partial states,
 // graphs. At batch 1024 these take ~0.5 GB; a 13B model at prefix 16K needs all but ~1.5 GB for K/V.
@@ -40,14 +34,20 @@ struct RunnerOptions {
   bool cuda_graphs = true;
 };
 
-// A decode step's sampling: params and the generation step of each row (the random stream).
+// A decode step's sampling: params and the generation step of each row (the random stream),
+// and the penalty history of each row (sample::HeldTokens; rows without penalties hold
+// none). Rows' input tokens (StepRows::tokens) complete the history.
 struct StepSampling {
   std::vector<sample::SamplingParams> params;
   std::vector<std::uint64_t> steps;
+  sample::TokenHistory history;
 };
 struct SampledTokens {
   std::vector<std::int32_t> tokens;
   std::vector<float> logprobs;
+  // Row r's top-N (N = its params' logprobs), most likely first: top[r * kMaxTopLogprobs + j]
+  // for j < min(N, vocab). Empty when no row of the step asked for any.
+  std::vector<sample::TokenLogprob> top;
 };
 
 class ModelRunner {

@@ -9,29 +9,6 @@
 
 namespace hydragen {
 
-namespace {
-
-void check_batch(const ForwardBatch& batch, const ModelConfig& config) {
-  HG_CHECK(!batch.sequences.empty(), "Llama::forward: the batch has no sequences");
-  for (const KvCache* prefix : batch.prefixes) {
-    HG_CHECK(prefix != nullptr && prefix->layers() == config.num_layers,
-             "Llama::forward: a prefix cache is null or has the wrong number of layers");
-  }
-  for (std::size_t s = 0; s < batch.sequences.size(); ++s) {
-    const ForwardSequence& sequence = batch.sequences[s];
-    HG_CHECK(!sequence.tokens.empty(), "Llama::forward: sequence ", s, " has no new tokens");
-    HG_CHECK(sequence.cache != nullptr && sequence.cache->layers() == config.num_layers, "Llama::forward: sequence ",
-             s, " needs a cache made by Llama::new_cache");
-    HG_CHECK(sequence.prefix >= -1 && sequence.prefix < static_cast<int>(batch.prefixes.size()),
-             "Llama::forward: sequence ", s, " names prefix ", sequence.prefix, " of ", batch.prefixes.size());
-    for (const KvCache* prefix : batch.prefixes) {
-      HG_CHECK(prefix != sequence.cache, "Llama::forward: sequence ", s, " appends to a shared prefix cache");
-    }
-  }
-}
-
-}  // namespace
-
 Llama::Llama(ModelConfig config, LlamaWeights weights)
     : config_(std::move(config)), weights_(std::move(weights)), inv_freq_(rope_inv_freq(config_)) {
   LlamaWeights& w = weights_;
@@ -57,72 +34,12 @@ Llama::Qkv Llama::project_qkv(std::int64_t layer, const Tensor& x, std::span<con
   return out;
 }
 
-Tensor Llama::attention_block(std::int64_t layer, const Tensor& x, const ForwardBatch& batch,
-                              std::span<const std::int64_t> positions, AttentionMode mode) const {
-  const LayerWeights& w = weights_.layers[static_cast<std::size_t>(layer)];
-  const std::int64_t rows = x.size(0);
-  auto [q, k, v] = project_qkv(layer, x, positions);
-
-  SharingTree tree;
-  for (const KvCache* prefix : batch.prefixes) {
-    tree.segments.push_back(Segment{kNoParent, prefix->keys(layer), prefix->values(layer)});
-  }
-  std::int64_t row = 0;
-  for (const ForwardSequence& sequence : batch.sequences) {
-    const auto n = static_cast<std::int64_t>(sequence.tokens.size());
-    sequence.cache->write(layer, k.slice(0, row, row + n), v.slice(0, row, row + n));
-    tree.sequences.push_back(Sequence{sequence.prefix < 0 ? kNoParent : sequence.prefix,
-                                      sequence.cache->keys(layer, n), sequence.cache->values(layer, n), n});
-    row += n;
-  }
-  const AttentionState state = tree_attention(tree, q, TreeAttentionOptions{std::nullopt, true, mode});
-  const Tensor o = state.o.is_contiguous() ? state.o : state.o.clone();
-  return linear(o.reshape({rows, config_.q_size()}), w.wo, w.bo);
-}
-
 Tensor Llama::mlp_block(std::int64_t layer, const Tensor& x) const {
   const LayerWeights& w = weights_.layers[static_cast<std::size_t>(layer)];
   const Tensor h = rms_norm(x, w.mlp_norm, static_cast<float>(config_.rms_norm_eps));
   Tensor gate = linear(h, w.w_gate);
   silu_mul(gate, linear(h, w.w_up));
   return linear(gate, w.w_down);
-}
-
-Tensor Llama::forward(const ForwardBatch& batch, const ForwardOptions& options) const {
-  check_batch(batch, config_);
-  std::vector<std::int32_t> tokens;
-  std::vector<std::int64_t> positions;
-  std::vector<std::int64_t> last_rows;
-  for (const ForwardSequence& sequence : batch.sequences) {
-    const std::int64_t start =
-        (sequence.prefix < 0 ? 0 : batch.prefixes[static_cast<std::size_t>(sequence.prefix)]->length()) +
-        sequence.cache->length();
-    for (std::size_t i = 0; i < sequence.tokens.size(); ++i) {
-      tokens.push_back(sequence.tokens[i]);
-      positions.push_back(start + static_cast<std::int64_t>(i));
-    }
-    last_rows.push_back(static_cast<std::int64_t>(tokens.size()) - 1);
-    sequence.cache->reserve(static_cast<std::int64_t>(sequence.tokens.size()));
-  }
-
-  Tensor x = embed_rows(weights_.embed, tokens);
-  for (std::int64_t layer = 0; layer < config_.num_layers; ++layer) {
-    add_into(x, attention_block(layer, x, batch, positions, options.mode));
-    add_into(x, mlp_block(layer, x));
-  }
-  for (const ForwardSequence& sequence : batch.sequences) {
-    sequence.cache->commit(static_cast<std::int64_t>(sequence.tokens.size()));
-  }
-
-  if (!options.all_positions) {  // only the rows whose logits are wanted go through lm_head
-    Tensor last = Tensor::empty({static_cast<std::int64_t>(last_rows.size()), config_.hidden_size}, DType::f32);
-    for (std::size_t i = 0; i < last_rows.size(); ++i) {
-      std::memcpy(last.data<float>() + i * config_.hidden_size, x.data<float>() + last_rows[i] * config_.hidden_size,
-                  config_.hidden_size * sizeof(float));
-    }
-    x = last;
-  }
-  return linear(rms_norm(x, weights_.final_norm, static_cast<float>(config_.rms_norm_eps)), weights_.lm_head);
 }
 
 Tensor Llama::forward_paged(const StepRows& rows, const plan::AttentionPlan* plan, PagedKv& kv, bool logits) const {
@@ -152,13 +69,6 @@ Tensor Llama::forward_paged(const StepRows& rows, const plan::AttentionPlan* pla
   }
   if (!logits) return {};
   return linear(rms_norm(x, weights_.final_norm, static_cast<float>(config_.rms_norm_eps)), weights_.lm_head);
-}
-
-Tensor Llama::logits(std::span<const std::int32_t> tokens, AttentionMode mode) const {
-  KvCache cache = new_cache();
-  ForwardBatch batch;
-  batch.sequences.push_back(ForwardSequence{tokens, &cache, -1});
-  return forward(batch, ForwardOptions{mode, true});
 }
 
 }  // namespace hydragen

@@ -38,7 +38,6 @@ std::int64_t llama_cuda_upload_bytes(const ModelConfig& config, const LlamaWeigh
 
 #include "backend/cuda/model_ops.h"
 #include "hydragen/error.h"
-#include "model/greedy.h"
 #include "model/rope.h"
 
 namespace hydragen {
@@ -73,11 +72,6 @@ Tensor stack_rows(std::initializer_list<const Tensor*> parts) {
   return out;
 }
 
-Tensor device_i32(const std::vector<std::int32_t>& values) {
-  std::vector<std::int32_t> copy = values;
-  return Tensor::wrap(copy.data(), {static_cast<std::int64_t>(copy.size())}, DType::i32).to(Device::cuda);
-}
-
 }  // namespace
 
 LlamaCuda::LlamaCuda(ModelConfig config, const LlamaWeights& weights) : config_(std::move(config)) {
@@ -107,15 +101,6 @@ LlamaCuda::LlamaCuda(ModelConfig config, const LlamaWeights& weights) : config_(
     layer.w_down = device_bf16(w.w_down);
     layers_.push_back(std::move(layer));
   }
-}
-
-LlamaCuda::Cache LlamaCuda::new_cache(std::int64_t capacity) const {
-  Cache cache;
-  for (std::int64_t l = 0; l < config_.num_layers; ++l) {
-    cache.k.push_back(Tensor::zeros({capacity, config_.num_kv_heads, config_.head_dim}, DType::bf16, Device::cuda));
-    cache.v.push_back(Tensor::zeros({capacity, config_.num_kv_heads, config_.head_dim}, DType::bf16, Device::cuda));
-  }
-  return cache;
 }
 
 LlamaCuda::StepBuffers LlamaCuda::new_step_buffers(std::int64_t rows) const {
@@ -172,56 +157,6 @@ void LlamaCuda::forward_rows(std::int64_t rows, StepBuffers& b, const std::funct
   // f32 logits: bf16 rounding (a step of 1/32 at |8|) would tie close greedy candidates.
   Tensor out = first(b.logits);
   cuda::linear(h, lm_head_, out, stream);
-}
-
-Tensor LlamaCuda::step(std::span<const std::int32_t> tokens, Cache& cache, AttentionMode mode,
-                       bool all_positions) const {
-  const auto rows = static_cast<std::int64_t>(tokens.size());
-  HG_CHECK(rows > 0 && cache.length + rows <= cache.k[0].size(0), "LlamaCuda: ", rows, " tokens do not fit the cache");
-  std::vector<std::int32_t> positions(static_cast<std::size_t>(rows));
-  for (std::int64_t r = 0; r < rows; ++r) {
-    HG_CHECK(tokens[r] >= 0 && tokens[r] < config_.vocab_size, "LlamaCuda: token ", tokens[r], " at ", r,
-             " is outside the vocabulary [0, ", config_.vocab_size, ")");
-    positions[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(cache.length + r);
-  }
-  StepBuffers b = new_step_buffers(rows);
-  b.positions.copy_from(device_i32(positions));
-  b.slots.copy_from(b.positions);  // a contiguous cache: slot = position
-  b.tokens.copy_from(device_i32(std::vector<std::int32_t>(tokens.begin(), tokens.end())));
-  const std::int64_t context = cache.length + rows;
-  auto attend = [&](std::int64_t l, const Tensor& q, Tensor& o, Tensor&) {
-    SharingTree tree;
-    tree.sequences.push_back(Sequence{kNoParent, cache.k[static_cast<std::size_t>(l)].slice(0, 0, context),
-                                      cache.v[static_cast<std::size_t>(l)].slice(0, 0, context), rows});
-    const AttentionState state = tree_attention(tree, q, TreeAttentionOptions{std::nullopt, true, mode});
-    o.copy_from(state.o.to(DType::bf16));
-  };
-  forward_rows(
-      rows, b, [&](std::int64_t l) { return cache.k[static_cast<std::size_t>(l)]; },
-      [&](std::int64_t l) { return cache.v[static_cast<std::size_t>(l)]; }, attend, true, nullptr);
-  HG_CHECK(cudaDeviceSynchronize() == cudaSuccess, "LlamaCuda: the step failed");
-  cache.length += rows;
-  return all_positions ? b.logits : b.logits.slice(0, rows - 1, rows);
-}
-
-Tensor LlamaCuda::logits(std::span<const std::int32_t> tokens, AttentionMode mode) const {
-  Cache cache = new_cache(static_cast<std::int64_t>(tokens.size()));
-  return step(tokens, cache, mode, true).to(Device::cpu);
-}
-
-std::vector<std::int32_t> LlamaCuda::greedy(std::span<const std::int32_t> prompt, std::int64_t new_tokens,
-                                            AttentionMode mode, const TokenCallback& on_token) const {
-  HG_CHECK(!prompt.empty() && new_tokens >= 0, "LlamaCuda::greedy: needs a prompt and new_tokens >= 0");
-  Cache cache = new_cache(static_cast<std::int64_t>(prompt.size()) + new_tokens);
-  std::vector<std::int32_t> generated;
-  std::vector<std::int32_t> next(prompt.begin(), prompt.end());
-  while (static_cast<std::int64_t>(generated.size()) < new_tokens) {
-    const Tensor logits = step(next, cache, mode, false).to(Device::cpu);
-    next = {argmax_row(logits, 0)};
-    generated.push_back(next[0]);
-    if (on_token) on_token(next[0]);
-  }
-  return generated;
 }
 
 }  // namespace hydragen

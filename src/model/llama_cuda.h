@@ -1,18 +1,14 @@
 // The Llama-family forward pass on a CUDA device in bf16: cuBLAS GEMMs (fused QKV and
-// gate/up weights) and the fused ops of backend/cuda/model_ops.h, attention through
-// tree_attention with CUDA tensors. The same data flow as Llama (llama.h), which is its CPU
-// twin; a single sequence with a contiguous device KV cache, enough to check the numerics
-// and decode greedily. Only in builds with HYDRAGEN_WITH_CUDA.
+// gate/up weights) and the fused ops of backend/cuda/model_ops.h over a paged K/V pool, with
+// attention left to the caller (the engine's PagedAttentionRunner). The same data flow as
+// Llama::forward_paged (llama.h), its CPU twin. Only in builds with HYDRAGEN_WITH_CUDA.
 #pragma once
 
 #include <cstdint>
 #include <functional>
-#include <span>
 #include <vector>
 
-#include "hydragen/attention.h"
 #include "hydragen/tensor.h"
-#include "model/greedy.h"
 #include "model/model_config.h"
 #include "model/paged_kv.h"
 #include "model/weights.h"
@@ -33,13 +29,6 @@ class LlamaCuda {
   LlamaCuda(ModelConfig config, const LlamaWeights& weights);
 
   const ModelConfig& config() const { return config_; }
-
-  // Logits f32 on the CPU, [tokens, vocab], of a single prompt.
-  Tensor logits(std::span<const std::int32_t> tokens, AttentionMode mode = AttentionMode::hydragen) const;
-  // `new_tokens` greedy tokens after the prompt, with a device KV cache.
-  std::vector<std::int32_t> greedy(std::span<const std::int32_t> prompt, std::int64_t new_tokens,
-                                   AttentionMode mode = AttentionMode::hydragen,
-                                   const TokenCallback& on_token = {}) const;
 
   // Device buffers of a batched step for up to `rows` rows (inputs i32, activations bf16,
   // logits f32, attention lse f32).
@@ -69,15 +58,6 @@ class LlamaCuda {
   struct Layer {
     Tensor attn_norm, w_qkv, b_qkv, wo, bo, mlp_norm, w_gate_up, w_down;
   };
-  struct Cache {
-    std::vector<Tensor> k, v;  // per layer bf16 [capacity, Hkv, d]
-    std::int64_t length = 0;
-  };
-  Cache new_cache(std::int64_t capacity) const;
-  // Runs `tokens` at positions [cache.length, ...) and appends their K/V; returns f32
-  // logits [rows, vocab] on the device, every row or only the last.
-  Tensor step(std::span<const std::int32_t> tokens, Cache& cache, AttentionMode mode, bool all_positions) const;
-
   ModelConfig config_;
   Tensor embed_, final_norm_, lm_head_, inv_freq_;
   std::vector<Layer> layers_;

@@ -9,8 +9,8 @@ namespace hydragen {
 
 std::vector<std::filesystem::path> preset_dir_candidates(const std::filesystem::path& executable) {
   const std::filesystem::path bin = executable.parent_path();
-  // This file is src/model/presets.cpp; the presets live at the repository root.
-  const std::filesystem::path source = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
+  // HYDRAGEN_SOURCE_DIR: the repository root this library was built from (set by CMake).
+  const std::filesystem::path source = HYDRAGEN_SOURCE_DIR;
   return {bin / "presets", bin.parent_path() / "presets", bin.parent_path().parent_path() / "presets",
           bin.parent_path() / "share" / "hydragen" / "presets", source / "presets"};
 }

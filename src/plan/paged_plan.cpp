@@ -87,8 +87,8 @@ std::int64_t split_limit(std::int64_t tokens, std::int64_t base_items, int slots
 
 // Split count for a range of `tokens` keys when the kernel's unsplit work is `base_items`
 // items on `slots` resident blocks: the fewest splits that fill the waves best. A split must
-// improve the filled fraction by 2% of itself: an absolute margin never split a handful of
-// items on thousands of slots (B=1 with a 1K context ran in one warp: 0.56 ms on the H200).
+// improve the filled fraction by 2% of itself (an absolute margin would never split a handful
+// of items on thousands of slots).
 int splits_for(std::int64_t tokens, std::int64_t base_items, int slots,
                std::int64_t min_split_tokens = kMinSplitTokens) {
   auto fill = [&](std::int64_t s) {
@@ -102,14 +102,12 @@ int splits_for(std::int64_t tokens, std::int64_t base_items, int slots,
   return static_cast<int>(best);
 }
 
-// Split count for a sequence's own `tokens` keys in the suffix launch (PlanOptions::
-// suffix_split_by_cost): the count with the least estimated time, in keys of one item's stream,
+// Split count for a sequence's own `tokens` keys in the suffix launch: the count with the least
+// estimated time, in keys of one item's stream,
 //   waves x keys per split + PlanOptions::suffix_column_cost x rows x splits:
 // the busiest slot's keys, plus the partial state each split adds to every row of the item,
-// merged once all the others are done (by the last arrival or the merge launch). splits_for's
-// fill alone took 8/1 B=64 at 16K to 33 splits for a wave 97% full instead of 94% (two waves,
-// 33 columns to merge: 0.195 ms dense, 0.165 ms with 16 splits; H200, docs/perf-notes.md
-// session 19).
+// merged once all the others are done (by the last arrival or the merge launch). The fill of
+// the waves alone split more and merged more columns (see perf-notes: Suffix splits).
 int suffix_splits_for(std::int64_t tokens, std::int64_t base_items, int slots, std::int64_t min_split_tokens,
                       std::int64_t rows, double column_cost) {
   const std::int64_t most = split_limit(tokens, base_items, slots, min_split_tokens);
@@ -190,6 +188,9 @@ bool one_row_suffix_items(std::int64_t sequences, int kv_heads, int groups, bool
 
 AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions& options) {
   validate_layout(layout);
+  HG_CHECK(options.mode != AttentionMode::none,
+           "build_attention_plan: options.mode is none (attention skipped: no plan to build), expected hydragen, "
+           "paged or dense");
   HG_CHECK(options.shared_tile_rows == 64 || options.shared_tile_rows == 128,
            "build_attention_plan: shared_tile_rows must be 64 or 128, got ", options.shared_tile_rows);
   HG_CHECK(options.suffix_tile_rows >= kSuffixTileRowsByRule && options.suffix_tile_rows <= kSuffixTileRows,
@@ -272,13 +273,6 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
       if (!(with_stacking && stacked[p])) own += layout.segments[p].tokens;
     return own;
   };
-  // PlanOptions::fold_at_rule_rows: the fold estimate below counts the stacked plan's items
-  // at the rows the rule gives it (one-row items where it holds), not at full tiles.
-  if (rows_by_rule && options.fold_at_rule_rows && shared_base_items > 0) {
-    std::int64_t keys = 0;
-    for (int s = 0; s < num_sequences; ++s) keys += own_keys(s, true);
-    if (one_row_suffix_items(num_sequences, hkv, groups, one_token_each, keys, options.suffix_slots)) set_suffix_rows(1);
-  }
   // Fold everything back when stacking would not shorten the suffix launch by a quarter (see
   // PlanOptions::fold_when_stacking_saves_little): that launch's time is estimated as its
   // waves of items x its longest item, with each sequence's own keys split as below.
@@ -318,7 +312,7 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
   std::vector<int> seg_splits(num_segments, 0);
   // Short splits only while the suffixes are short next to the segment (the decode steps they
   // were measured on): under long suffixes the suffix launch's merge of the extra columns cost
-  // more than the shared launch saved (8/1 B=16, 1K, suffix 256: 0.106 -> 0.111 ms).
+  // more than the shared launch saved (see perf-notes: v6-split).
   std::int64_t longest_suffix = 0;
   for (const auto& seq : layout.sequences) longest_suffix = std::max(longest_suffix, seq.suffix_tokens);
   auto shortest_shared_split = [&](std::int64_t tokens) {
@@ -404,13 +398,10 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
   }
   for (int s = 0; s < num_sequences; ++s) {
     const auto& seq = layout.sequences[s];
-    own_splits[s] = options.suffix_split_by_cost
-                        ? suffix_splits_for(own_tokens[s], suffix_base_items, options.suffix_slots,
-                                            options.suffix_min_split_tokens,
-                                            std::min<std::int64_t>(suffix_rows, std::int64_t{seq.query_tokens} * groups),
-                                            options.suffix_column_cost)
-                        : splits_for(own_tokens[s], suffix_base_items, options.suffix_slots,
-                                     options.suffix_min_split_tokens);
+    own_splits[s] = suffix_splits_for(own_tokens[s], suffix_base_items, options.suffix_slots,
+                                      options.suffix_min_split_tokens,
+                                      std::min<std::int64_t>(suffix_rows, std::int64_t{seq.query_tokens} * groups),
+                                      options.suffix_column_cost);
     const int* shared = shared_columns.data() + std::int64_t{s} * head_stride;
     columns[s] = *std::max_element(shared, shared + head_stride) + own_splits[s];
     plan.max_columns = std::max(plan.max_columns, columns[s]);

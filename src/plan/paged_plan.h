@@ -33,8 +33,7 @@ inline constexpr int kSuffixTileRows = 8;  // query rows per suffix item (decode
 // read by at least kMinSharersToStack sequences and holds at least kMinSegmentTokensToStack
 // tokens; otherwise it is folded into each sequence's own read (kernel 2). Stacking a
 // segment with one reader only adds a partial state to merge; a segment shorter than a
-// block costs a launch's worth of items for no re-use. Calibrated on the H200: see
-// docs/perf-notes.md.
+// block costs a launch's worth of items for no re-use (see perf-notes: v4-suffix).
 inline constexpr int kMinSharersToStack = 2;
 inline constexpr std::int64_t kMinSegmentTokensToStack = 64;
 // Split-KV: a kernel's items run on a persistent grid of `slots` resident blocks; long
@@ -47,30 +46,22 @@ inline constexpr std::int64_t kMinSplitTokens = 512;
 // A stacked segment shorter than 8 x kMinSplitTokens may split into up to 8 pieces of
 // tokens / 8 keys, never below kShortSplitTokens, when it holds more than kShortSplitSuffixRatio
 // times the plan's longest suffix: a 1K prefix under a small decoding batch then fills 8
-// shared items instead of 2 (H200, docs/perf-notes.md v6-split: 128-key floors everywhere won
-// 6-13% at 1K and lost up to 1.5x at 4K-16K, where pieces of 512 stay; under 256-token
-// suffixes the extra merge columns lost 4%).
+// shared items instead of 2 (see perf-notes: v6-split).
 inline constexpr std::int64_t kShortSplitTokens = 128;
 inline constexpr int kShortSplits = 8;
 inline constexpr std::int64_t kShortSplitSuffixRatio = 4;
 inline constexpr std::int64_t kMinSuffixSplitTokens = 128;  // the decode kernel: 4 chunks of 32 keys
 inline constexpr int kMaxSplits = 64;
-// The suffix split's cost model (PlanOptions::suffix_split_by_cost): each split's partial
-// state costs about kSuffixColumnCostTokensPerRow keys of one item's stream per row of the item,
-// to write and to merge. H200 (docs/perf-notes.md session 19): 8/1 B=64 dense at 16K ran
-// 0.195 / 0.165 / 0.156 ms with 33 / 16 / 8 splits of 8-row items, ~1 us per column of 8 rows,
-// about 16 keys of an item's stream.
+// The suffix split's cost model (suffix_splits_for): each split's partial state costs about
+// kSuffixColumnCostTokensPerRow keys of one item's stream per row of the item, to write and to
+// merge (see perf-notes: Suffix splits).
 inline constexpr double kSuffixColumnCostTokensPerRow = 2;
 
 // PlanOptions::suffix_tile_rows = kSuffixTileRowsByRule: the rows per suffix item are chosen by
-// one_row_suffix_items below (the CUDA backend's default). Its thresholds, measured on the
-// H200 (docs/perf-notes.md e8, session 8): one-row GQA decode items won at every batch where
-// the suffixes are 1-2 keys (the quad kernel then takes them: 32/8 B=1024 16K 0.55 -> 0.47 ms),
-// at B=1 over any context (0.42-0.76x), and wherever the one-row items fit one wave of suffix
-// slots with suffixes of <= 512 keys (llama-3-8b B=32 e2e step 0.93-0.94x; 8/1 B=16-64 with
-// 256-key suffixes 0.45-0.81x). With more items they lost up to 2x (four to eight reads of
-// each key, on launches the 8-row items already filled: llama-3-8b B=128 1.03x, 8/1 B=256 with
-// 256-key suffixes 1.2-1.5x, paged B=16 at long contexts 1.5-2.3x).
+// one_row_suffix_items below (the CUDA backend's default): one-row GQA decode items where the
+// suffixes are 1-2 keys, where the items are few, and where the one-row items fit one wave of
+// suffix slots with suffixes of <= 512 keys; else full tiles, as each one-row item reads its
+// keys again (see perf-notes: Rows per suffix item).
 inline constexpr int kSuffixTileRowsByRule = 0;
 inline constexpr std::int64_t kOneRowShortMeanKeys = 2;
 inline constexpr std::int64_t kOneRowMaxMeanKeys = 512;
@@ -111,7 +102,7 @@ struct PlanPiece {
   // The first token's pool slot (page id x page_size + offset) where all of the piece's tokens
   // lie in one page, so that token j is at slot + j: the suffix kernels then find their keys
   // without reading the page list (one memory round trip less before the first keys,
-  // perf-notes v31). -1 where the piece spans pages (pieces read through `pages`).
+  // see perf-notes: v31). -1 where the piece spans pages (pieces read through `pages`).
   std::int32_t slot;
 };
 struct PlanRow {
@@ -157,7 +148,7 @@ struct AttentionPlan {
 };
 
 struct PlanOptions {
-  AttentionMode mode = AttentionMode::hydragen;  // paged and dense fold every segment
+  AttentionMode mode = AttentionMode::hydragen;  // paged and dense fold every segment; none is refused
   bool causal = true;
   // Stacking rule (tests override these to force both paths).
   int min_sharers_to_stack = kMinSharersToStack;
@@ -170,16 +161,13 @@ struct PlanOptions {
   int shared_full_tile_slots = 0;
   int suffix_slots = kSuffixSlots;
   std::int64_t suffix_min_split_tokens = kMinSuffixSplitTokens;
-  // Split a sequence's own keys by the estimated time (suffix_splits_for in paged_plan.cpp:
-  // the busiest slot's keys plus a cost per merge column) instead of by the fill of the waves
-  // alone (false: the rule before session 19, kept for A/B: HYDRAGEN_SUFFIX_SPLIT_RULE=fill).
-  bool suffix_split_by_cost = true;
-  // That model's cost of one split's partial state, in keys per row of the item
-  // (kSuffixColumnCostTokensPerRow; HYDRAGEN_SUFFIX_COLUMN_COST on CUDA, for A/B).
+  // A sequence's own keys are split by the estimated time (suffix_splits_for in paged_plan.cpp:
+  // the busiest slot's keys plus a cost per merge column); the cost of one split's partial
+  // state, in keys per row of the item (kSuffixColumnCostTokensPerRow).
   double suffix_column_cost = kSuffixColumnCostTokensPerRow;
   // Query rows per suffix item, 1..kSuffixTileRows, or kSuffixTileRowsByRule (0): 1 where
   // one_row_suffix_items holds, else kSuffixTileRows. Fewer rows: more, shorter items, each
-  // reading its K/V again (from L2 mostly), and one merge group per tile (docs/perf-notes.md e8).
+  // reading its K/V again (from L2 mostly), and one merge group per tile.
   int suffix_tile_rows = kSuffixTileRows;
   // Fewest keys per split of a stacked segment (the shared kernel's items), and the floor for
   // a short segment's up to kShortSplits pieces (see kShortSplitTokens).
@@ -187,18 +175,10 @@ struct PlanOptions {
   std::int64_t shared_short_split_tokens = kShortSplitTokens;
   int shared_tile_rows = kSharedTileRows;  // 64 or 128 (16 rows per warp)
   // Fold every segment back into the suffixes when stacking would not make the suffix launch
-  // (waves of items x longest item) at least a quarter shorter: then the shared launch and
-  // the extra merge columns are pure cost. H200 (docs/perf-notes.md v7-fold): 8/1 B=16 and
-  // B=64 and 32/8 B=16 at prefix 1K with 256-token suffixes ran 1.12-1.18x paged's time
-  // stacked; every point where stacking won (B >= 64 at 4K, B >= 256 at 1K, 32/8 B=64, all
-  // short suffixes) estimates <= 0.70. Tests that force stacking turn it off, as does prefill.
+  // (waves of items x longest item, at full suffix tiles) at least a quarter shorter: then the
+  // shared launch and the extra merge columns are pure cost (see perf-notes: v7-fold). Tests
+  // that force stacking turn it off, as does prefill.
   bool fold_when_stacking_saves_little = true;
-  // With suffix_tile_rows = kSuffixTileRowsByRule: estimate the fold at the rows the rule gives
-  // the stacked plan instead of at full tiles (opt-in, HYDRAGEN_FOLD_AT_RULE_ROWS=1 on CUDA;
-  // not yet measured: docs/perf-notes.md session 8, e9). One-row items make a stacked plan's
-  // suffix launch wider, so small GQA batches with 256-key suffixes stay stacked: the rows1
-  // run of e8 stacked 8/1 B=16 at 4K and B=64 at 1K that way and ran 1.9x and 1.24x faster.
-  bool fold_at_rule_rows = false;
   // Split stacked segments also when their items already fill a wave of shared_slots (see
   // build_attention_plan). Off by default; the CUDA backend turns it on with its wgmma shared
   // kernel (plan_options_for_device).
@@ -208,21 +188,17 @@ struct PlanOptions {
   // the rest split finer, so that the full-tile kernel's last rounds of items (item i runs on
   // block i % shared_full_tile_slots) are as full as its first (see shared_head_splits in
   // paged_plan.cpp). A head's columns then differ from another's; each merge group reads its
-  // own. Off by default; the CUDA backend turns it on with its full-tile kernel (H200, 40/40
-  // attention at B=256-1024, prefix 1K-32K: 0.76-1.01x the time; codellama-13b B=1024 step
-  // 0.978x at 2K, 0.985x at 16K; docs/perf-notes.md v19).
+  // own. Off by default; the CUDA backend turns it on with its full-tile kernel (see
+  // perf-notes: v19).
   bool shared_head_splits = false;
 };
 
 // shared_head_splits' cost model, in 128-key blocks of one SM (the full-tile kernel's step: a
-// 128-row tile against two pieces; ~1.8 us on the H200 at 40/40 B=1024 16K, 0.58 ms / 320):
-// the busiest block's items, each its blocks (ceil(pieces / 2)) plus
-// kHeadSplitItemOverheadBlocks (its Q load, its partial state's write, the pipeline turning
-// over), plus the merge columns' traffic: a row's column is ~1 KB written by the shared launch
-// and read by the suffix launch, kHeadSplitBlocksPerColumnRow per (row, column). Estimated at
-// 1.4e-4 (1 KB at the whole GPU's 4 TB/s against 1.8 us per block); measured 0.8e-4 (H200,
-// session 9: 33 x 1024 row-columns fewer at 40/40 B=1024 16K suffix 1 took the suffix launch
-// 4.7 us shorter, against 8.5 estimated: part of the states is still in L2 when merged).
+// 128-row tile against two pieces): the busiest block's items, each its blocks
+// (ceil(pieces / 2)) plus kHeadSplitItemOverheadBlocks (its Q load, its partial state's write,
+// the pipeline turning over), plus the merge columns' traffic: a row's column is ~1 KB written
+// by the shared launch and read by the suffix launch, kHeadSplitBlocksPerColumnRow per (row,
+// column), as measured (see perf-notes: v19).
 inline constexpr double kHeadSplitItemOverheadBlocks = 1.0;
 inline constexpr double kHeadSplitBlocksPerColumnRow = 0.8e-4;
 inline constexpr int kMostHeadSplits = 8;

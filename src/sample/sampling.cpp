@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <numeric>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -59,23 +60,63 @@ float top_p_threshold(std::span<const float> x, float tau_a, float m, float top_
   return kept.back();  // not reached: top_p * mass rounds above the mass
 }
 
+// log_softmax(raw)'s min(N, vocab) largest entries into out: by value descending (-0 = +0),
+// ties by the lowest index.
+void top_logprobs(std::span<const float> raw, double log_z, int n, std::span<TokenLogprob> out) {
+  const auto count = std::min(static_cast<std::size_t>(n), raw.size());
+  std::vector<std::int32_t> order(raw.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(count), order.end(),
+                    [&](std::int32_t a, std::int32_t b) {
+                      const float va = raw[static_cast<std::size_t>(a)], vb = raw[static_cast<std::size_t>(b)];
+                      return va > vb || (va == vb && a < b);
+                    });
+  for (std::size_t j = 0; j < count; ++j) {
+    const std::int32_t token = order[j];
+    out[j] = {token, static_cast<float>(raw[static_cast<std::size_t>(token)] - log_z)};
+  }
+}
+
+// The row with its held tokens penalized (the algorithm's l').
+std::vector<float> penalized_row(std::span<const float> raw, const SamplingParams& params, std::uint64_t step,
+                                 std::int32_t input_token, std::span<const TokenCount> held) {
+  std::vector<float> l(raw.begin(), raw.end());
+  for (const TokenCount& e : held) {
+    const auto at = static_cast<std::size_t>(e.token);
+    if (e.token != input_token) l[at] = penalized_logit(raw[at], e.generated, params);
+  }
+  const auto input = static_cast<std::size_t>(input_token);
+  const auto n = static_cast<std::int32_t>(held.size());
+  l[input] = penalized_logit(raw[input], held_count(held.data(), n, input_token, input_token, step > 0), params);
+  return l;
+}
+
 struct RowSample {
   std::int32_t token;
   float logprob;
 };
 
-RowSample sample_row(std::span<const float> raw, const SamplingParams& params, std::uint64_t step) {
-  const std::int32_t best = argmax(raw);
-  const float max_raw = raw[static_cast<std::size_t>(best)];
+// Row `raw` sampled; its top-N, when asked, into `top`.
+RowSample sample_row(std::span<const float> raw, const SamplingParams& params, std::uint64_t step,
+                     std::int32_t input_token, std::span<const TokenCount> held, std::span<TokenLogprob> top) {
+  const float max_raw = raw[static_cast<std::size_t>(argmax(raw))];
   const double log_z = log_normalizer(raw, max_raw);
+  if (params.logprobs > 0) top_logprobs(raw, log_z, params.logprobs, top);
   const auto result = [&](std::int32_t token) {
     return RowSample{token, static_cast<float>(raw[static_cast<std::size_t>(token)] - log_z)};
   };
+  std::vector<float> penalized;
+  std::span<const float> l = raw;
+  if (has_penalties(params)) {
+    penalized = penalized_row(raw, params, step, input_token, held);
+    l = penalized;
+  }
+  const std::int32_t best = argmax(l);
   if (params.temperature == 0.f) return result(best);
 
-  std::vector<float> x(raw.size());
-  for (std::size_t i = 0; i < raw.size(); ++i) x[i] = scaled_logit(raw[i], params.temperature);
-  const float m = scaled_logit(max_raw, params.temperature);  // division is monotonic: = max x
+  std::vector<float> x(l.size());
+  for (std::size_t i = 0; i < l.size(); ++i) x[i] = scaled_logit(l[i], params.temperature);
+  const float m = x[static_cast<std::size_t>(best)];  // scaling is monotonic: the max of x
   float tau = std::max(top_k_threshold(x, params.top_k), min_p_threshold(m, params.min_p));
   if (params.top_p < 1.f) tau = std::max(tau, top_p_threshold(x, tau, m, params.top_p));
 
@@ -104,10 +145,19 @@ void validate(const SamplingParams& p) {
   HG_CHECK(p.top_k >= 0, "SamplingParams: top_k must be >= 0 (0 = off), got ", p.top_k);
   HG_CHECK(p.top_p > 0.f && p.top_p <= 1.f, "SamplingParams: top_p must be in (0, 1] (1 = off), got ", p.top_p);
   HG_CHECK(p.min_p >= 0.f && p.min_p <= 1.f, "SamplingParams: min_p must be in [0, 1] (0 = off), got ", p.min_p);
+  HG_CHECK(p.presence_penalty >= -2.f && p.presence_penalty <= 2.f,
+           "SamplingParams: presence_penalty must be in [-2, 2] (0 = off), got ", p.presence_penalty);
+  HG_CHECK(p.frequency_penalty >= -2.f && p.frequency_penalty <= 2.f,
+           "SamplingParams: frequency_penalty must be in [-2, 2] (0 = off), got ", p.frequency_penalty);
+  HG_CHECK(std::isfinite(p.repetition_penalty) && p.repetition_penalty > 0.f,
+           "SamplingParams: repetition_penalty must be finite and > 0 (1 = off), got ", p.repetition_penalty);
+  HG_CHECK(p.logprobs >= 0 && p.logprobs <= kMaxTopLogprobs, "SamplingParams: logprobs must be in [0, ",
+           kMaxTopLogprobs, "] (0 = off), got ", p.logprobs);
 }
 
 void sample_rows(const Tensor& logits, std::span<const SamplingParams> params, std::span<const std::uint64_t> steps,
-                 std::span<std::int32_t> tokens, std::span<float> logprobs) {
+                 std::span<const std::int32_t> input_tokens, const TokenHistory& history,
+                 std::span<std::int32_t> tokens, std::span<float> logprobs, std::span<TokenLogprob> top) {
   HG_CHECK(logits.defined() && logits.device() == Device::cpu && logits.dtype() == DType::f32 &&
                logits.rank() == 2 && logits.is_contiguous() && logits.size(1) > 0,
            "sample_rows: logits must be a contiguous CPU f32 tensor [rows, vocab] with vocab >= 1, got ",
@@ -123,13 +173,25 @@ void sample_rows(const Tensor& logits, std::span<const SamplingParams> params, s
            "sample_rows: params, steps, tokens and logprobs must have one entry per row of logits ",
            logits.shape_str(), ", got ", params.size(), ", ", steps.size(), ", ", tokens.size(), ", ",
            logprobs.size());
+  bool penalties = false, top_n = false;
   for (std::int64_t r = 0; r < rows; ++r) {
+    const SamplingParams& p = params[static_cast<std::size_t>(r)];
     try {
-      validate(params[static_cast<std::size_t>(r)]);
+      validate(p);
     } catch (const Error& e) {
       fail("sample_rows: params[", r, "]: ", e.what());
     }
+    penalties |= has_penalties(p);
+    top_n |= p.logprobs > 0;
   }
+  HG_CHECK(!penalties || rows_of(input_tokens.size()) == rows, "sample_rows: rows with penalties need one input ",
+           "token per row of logits ", logits.shape_str(), ", got ", input_tokens.size());
+  for (std::size_t r = 0; r < input_tokens.size(); ++r)
+    HG_CHECK(input_tokens[r] >= 0 && input_tokens[r] < vocab, "sample_rows: input_tokens[", r, "] = ",
+             input_tokens[r], " is outside the vocabulary [0, ", vocab, ")");
+  validate_history(history, rows, vocab);
+  HG_CHECK(!top_n || rows_of(top.size()) == rows * kMaxTopLogprobs, "sample_rows: rows asking for logprobs need top ",
+           "of rows x ", kMaxTopLogprobs, " = ", rows * kMaxTopLogprobs, " entries, got ", top.size());
   const float* data = logits.data<float>();
   for (std::int64_t r = 0; r < rows; ++r) {  // -inf masks a token; NaN, +inf or an all -inf row is an error
     bool finite = false;
@@ -142,7 +204,11 @@ void sample_rows(const Tensor& logits, std::span<const SamplingParams> params, s
   }
   ThreadPool::global().parallel_for(rows, [&](std::int64_t r) {
     const auto row = static_cast<std::size_t>(r);
-    const RowSample s = sample_row({data + r * vocab, static_cast<std::size_t>(vocab)}, params[row], steps[row]);
+    const SamplingParams& p = params[row];
+    const RowSample s = sample_row({data + r * vocab, static_cast<std::size_t>(vocab)}, p, steps[row],
+                                   has_penalties(p) ? input_tokens[row] : 0, history.row(row),
+                                   p.logprobs > 0 ? top.subspan(row * kMaxTopLogprobs, kMaxTopLogprobs)
+                                                  : std::span<TokenLogprob>{});
     tokens[row] = s.token;
     logprobs[row] = s.logprob;
   });

@@ -14,6 +14,14 @@ case $2 in
     [ "$(g --temperature 1 --seed 3 --min-p 1)" = "$greedy" ] && echo "min-p 1 is greedy"
     [ "$(g --temperature 1 --seed 3)" != "$greedy" ] && echo "temperature 1 samples"
     ;;
+  penalty-flags)  # each penalty reaches the sampler (the greedy run repeats a token here); one out of range is named
+    greedy=$(g --temperature 0)
+    [ "$(g --presence-penalty -2)" != "$greedy" ] && echo "presence penalty changes the tokens"
+    [ "$(g --frequency-penalty 2)" != "$greedy" ] && echo "frequency penalty changes the tokens"
+    [ "$(g --repetition-penalty 0.01)" != "$greedy" ] && echo "repetition penalty changes the tokens"
+    "$hy" generate --random-weights tiny --prompt-ids 1,2,3,4 --presence-penalty 3 --no-progress 2>&1 | grep -o \
+      "presence_penalty must be in \[-2, 2\]"
+    ;;
   seeds)
     a=$(g --temperature 0.9 --seed 7)
     [ "$(g --temperature 0.9 --seed 7)" = "$a" ] && echo "same seed, same tokens"

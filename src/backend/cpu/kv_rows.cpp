@@ -38,37 +38,18 @@ void load_row(const Tensor& t, std::int64_t i0, std::int64_t i1, T* out, T scale
 template void load_row<float>(const Tensor&, std::int64_t, std::int64_t, float*, float);
 template void load_row<double>(const Tensor&, std::int64_t, std::int64_t, double*, double);
 
-KvRowsF32 kv_rows_f32(const Tensor& kv) {
-  HG_CHECK(kv.rank() == 3 && kv.device() == Device::cpu, "kv_rows_f32: expected a cpu tensor [tokens, Hkv, d], got ",
-           kv.shape_str(), " on ", device_name(kv.device()));
-  const std::int64_t tokens = kv.size(0), heads = kv.size(1), d = kv.size(2);
-  KvRowsF32 rows;
-  rows.tokens = tokens;
-  // sgemm reads a head as a [tokens, d] matrix with leading dimension token_stride >= d.
-  if (kv.dtype() == DType::f32 && (kv.stride(2) == 1 || d == 1) && kv.stride(0) >= d) {
-    rows.storage = kv;  // keeps the viewed memory alive
-    rows.data = kv.data<float>();
-    rows.token_stride = kv.stride(0);
-    rows.head_stride = kv.stride(1);
-    return rows;
-  }
-  rows.storage = contiguous_copy(kv, DType::f32);
-  rows.data = rows.storage.data<float>();
-  rows.token_stride = heads * d;
-  rows.head_stride = d;
-  return rows;
-}
-
-namespace {
-
-// Appends each run's rows, converted to T, at dst; returns the end.
 template <class T>
-T* append_rows(const Tensor& run, T* dst) {
+T* copy_rows(const Tensor& run, T* dst) {
   const std::int64_t heads = run.size(1), d = run.size(2);
   for (std::int64_t t = 0; t < run.size(0); ++t)
     for (std::int64_t h = 0; h < heads; ++h, dst += d) load_row(run, t, h, dst);
   return dst;
 }
+
+template float* copy_rows<float>(const Tensor&, float*);
+template double* copy_rows<double>(const Tensor&, double*);
+
+namespace {
 
 Tensor concatenate(const std::vector<const Tensor*>& runs, std::int64_t heads, std::int64_t d, DType dtype) {
   std::int64_t tokens = 0;
@@ -79,8 +60,8 @@ Tensor concatenate(const std::vector<const Tensor*>& runs, std::int64_t heads, s
   float* dst32 = out.data<float>();
   double* dst64 = out.data<double>();
   for (const Tensor* run : runs) {
-    if (dtype == DType::f32) dst32 = append_rows(*run, dst32);
-    else dst64 = append_rows(*run, dst64);
+    if (dtype == DType::f32) dst32 = copy_rows(*run, dst32);
+    else dst64 = copy_rows(*run, dst64);
   }
   return out;
 }

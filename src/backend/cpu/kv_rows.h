@@ -12,18 +12,10 @@ namespace hydragen::cpu {
 template <class T>
 void load_row(const Tensor& t, std::int64_t i0, std::int64_t i1, T* out, T scale = T{1});
 
-// K or V of one segment as f32 rows that sgemm can read in place: head h's token j starts at
-// head(h) + j·token_stride, with d contiguous floats. A view when the tensor already is f32
-// with unit inner stride; otherwise a converted copy.
-struct KvRowsF32 {
-  Tensor storage;  // shares ownership of the memory `data` points into
-  const float* data = nullptr;
-  std::int64_t tokens = 0;
-  std::int64_t token_stride = 0;
-  std::int64_t head_stride = 0;
-  const float* head(std::int64_t h) const { return data + h * head_stride; }
-};
-KvRowsF32 kv_rows_f32(const Tensor& kv);
+// Writes run [tokens, heads, d] (any CPU float dtype and strides) at dst as contiguous T rows
+// (T float or double); returns the end.
+template <class T>
+T* copy_rows(const Tensor& run, T* dst);
 
 // A contiguous [tokens, heads, d] copy of t in dtype (f32 or f64).
 Tensor contiguous_copy(const Tensor& t, DType dtype);

@@ -1,6 +1,6 @@
 // The one attention core of the CPU backend: a tile of query rows against a stream of
 // key/value blocks, with a blocked online softmax (FlashAttention's recurrence) and two
-// sgemm calls per block. Every mode (hydragen, paged, dense) and attend() use it.
+// sgemm calls per block. Each item of the CPU plan runner (paged_attention_cpu.cpp) is one tile.
 #pragma once
 
 #include <cstdint>

@@ -1,10 +1,10 @@
 // An attention plan run on the CPU. See paged_attention_cpu.h.
 //
-// Per item (a kv head, <= 128 query rows, a list of pieces): the item's keys are gathered from
-// their pages into runs of <= OnlineSoftmaxTile::kKeyBlock contiguous f32 rows, and each run is
-// fed to one OnlineSoftmaxTile that holds all of the item's rows (two sgemm per run: a gathered
-// K/V row is read once for the whole tile). Pieces are in context order, so the keys a row may
-// see (position < key_limit, the causal mask) are a prefix of each run. The item's (o, lse)
+// Per item (a kv head, <= 128 query rows, a list of pieces): the item's keys, in runs of
+// consecutive pool slots, are fed where they lie to one OnlineSoftmaxTile that holds all of the
+// item's rows (two sgemm per block of keys: a K/V row is read once for the whole tile). Pieces
+// are in context order, so the keys a row may see (position < key_limit, the causal mask) are
+// a prefix of each run. The item's (o, lse)
 // goes to its column of the partial states; then each merge group merges its rows' columns
 // with merge_state_rows, the rule of merge_states_chunk on the device. Shared and suffix items
 // run in one parallel loop: on the CPU nothing orders them before the merges.
@@ -161,7 +161,6 @@ struct States {
 // One item's rows against its pieces; writes its column of the partial states.
 void run_item(const AttentionPlan& plan, const PlanItem& it, const Dims& d, const float* q, const float* k_pool,
               const float* v_pool, float scale, States& states) {
-  constexpr std::int64_t kRun = OnlineSoftmaxTile::kKeyBlock;
   const std::int64_t dim = d.head_dim;
   OnlineSoftmaxTile tile(it.row_count, dim);
   for (int r = 0; r < it.row_count; ++r) {
@@ -170,35 +169,40 @@ void run_item(const AttentionPlan& plan, const PlanItem& it, const Dims& d, cons
     float* dst = tile.query(r);
     for (std::int64_t c = 0; c < dim; ++c) dst[c] = scale * src[c];
   }
-  // Gathered keys and values of the current run, and their context positions.
-  thread_local std::vector<float> keys, values;
-  thread_local std::vector<std::int32_t> positions;
-  keys.resize(kRun * dim), values.resize(kRun * dim), positions.resize(kRun);
-  std::vector<std::int64_t> visible(it.row_count);
-  std::int64_t n = 0;
-  auto flush = [&] {
-    if (n == 0) return;
-    for (int r = 0; r < it.row_count; ++r)
-      visible[r] = std::lower_bound(positions.begin(), positions.begin() + n, plan.rows[it.row_begin + r].key_limit) -
-                   positions.begin();
-    tile.attend(keys.data(), dim, values.data(), dim, n, visible.data());
-    n = 0;
-  };
+  // The keys are read where they lie: a span is a run of consecutive pool slots at consecutive
+  // context positions (a page's share of a piece at least), fed to the tile in place, its token
+  // rows Hkv x D floats apart. The causal mask is then a prefix of each span.
   const std::int64_t token_elems = d.kv_heads * dim;
+  std::vector<std::int64_t> visible(it.row_count);
+  std::int64_t span_slot = 0, span_position = 0, span_keys = 0;
+  auto flush = [&] {
+    if (span_keys == 0) return;
+    for (int r = 0; r < it.row_count; ++r)
+      visible[r] = std::clamp<std::int64_t>(plan.rows[it.row_begin + r].key_limit - span_position, 0, span_keys);
+    const std::int64_t at = span_slot * token_elems + it.kv_head * dim;
+    tile.attend(k_pool + at, token_elems, v_pool + at, token_elems, span_keys, visible.data());
+    span_keys = 0;
+  };
+  // Keys [slot, slot + n) at positions [position, position + n): onto the span, or a new one.
+  auto add = [&](std::int64_t slot, std::int64_t position, std::int64_t n) {
+    if (span_keys > 0 && slot == span_slot + span_keys && position == span_position + span_keys) {
+      span_keys += n;
+      return;
+    }
+    flush();
+    span_slot = slot, span_position = position, span_keys = n;
+  };
   for (int pi = 0; pi < it.piece_count; ++pi) {
     const PlanPiece& pc = plan.pieces[it.piece_begin + pi];
-    // A run holds keys in increasing context position only (the mask is a prefix of it).
-    if (n + pc.tokens > kRun || (n > 0 && pc.position <= positions[n - 1])) flush();
-    for (int j = 0; j < pc.tokens; ++j, ++n) {
-      // As the suffix kernels: from the piece's slot where it is in one page (checked above).
+    // As the suffix kernels: from the piece's slot where it is in one page (checked above).
+    if (pc.slot >= 0) {
+      add(pc.slot, pc.position, pc.tokens);
+      continue;
+    }
+    for (int j = 0; j < pc.tokens; ++j) {
       const std::int64_t tok = pc.token_begin + j;
-      const std::int64_t slot = pc.slot >= 0 ? std::int64_t{pc.slot} + j
-                                             : std::int64_t{plan.pages[pc.page_offset + tok / d.page_size]} * d.page_size +
-                                                   tok % d.page_size;
-      const std::int64_t at = slot * token_elems + it.kv_head * dim;
-      std::memcpy(keys.data() + n * dim, k_pool + at, dim * sizeof(float));
-      std::memcpy(values.data() + n * dim, v_pool + at, dim * sizeof(float));
-      positions[n] = pc.position + j;
+      add(std::int64_t{plan.pages[pc.page_offset + tok / d.page_size]} * d.page_size + tok % d.page_size,
+          pc.position + j, 1);
     }
   }
   flush();
@@ -212,6 +216,15 @@ void run_item(const AttentionPlan& plan, const PlanItem& it, const Dims& d, cons
 }
 
 }  // namespace
+
+plan::PlanOptions plan_options(AttentionMode mode, bool causal) {
+  plan::PlanOptions options;
+  options.mode = mode;
+  options.causal = causal;
+  // The items run on the thread pool: split-KV only fills its workers (the defaults are the H200's SMs).
+  options.shared_slots = options.suffix_slots = ThreadPool::global().workers();
+  return options;
+}
 
 void run_attention_plan(const AttentionPlan& plan, const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                         Tensor& out, Tensor* out_lse, float scale) {

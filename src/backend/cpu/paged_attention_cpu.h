@@ -18,4 +18,9 @@ namespace hydragen::cpu {
 void run_attention_plan(const plan::AttentionPlan& plan, const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                         Tensor& out, Tensor* out_lse = nullptr, float scale = 0.f);
 
+// The plan options of the CPU's steps (the twin of cuda::plan_options_for_device): the
+// defaults for `mode` (hydragen, paged or dense) and `causal`, split-KV filling the thread
+// pool's workers rather than the H200's SMs.
+plan::PlanOptions plan_options(AttentionMode mode, bool causal);
+
 }  // namespace hydragen::cpu

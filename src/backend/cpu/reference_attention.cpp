@@ -51,20 +51,18 @@ AttentionState reference_attend(const Tensor& q, const Tensor& k, const Tensor& 
   return out;
 }
 
-AttentionState reference_tree_attention(const SharingTree& tree, const TreePlan& plan, const Tensor& q,
-                                        double scale, bool causal) {
-  const std::int64_t heads = q.size(1), d = q.size(2);
-  AttentionState out{Tensor::empty({plan.query_rows, heads, d}, DType::f64),
-                     Tensor::empty({plan.query_rows, heads}, DType::f64)};
+AttentionState reference_tree_attention(const SharingTree& tree, const Tensor& q, double scale, bool causal) {
+  const std::int64_t rows = tree.query_rows(), heads = q.size(1), d = q.size(2);
+  AttentionState out{Tensor::empty({rows, heads, d}, DType::f64), Tensor::empty({rows, heads}, DType::f64)};
   const auto sequences = static_cast<std::int64_t>(tree.sequences.size());
+  std::vector<std::int64_t> first_row(static_cast<std::size_t>(sequences) + 1, 0);  // rows in sequence order
+  for (std::int64_t s = 0; s < sequences; ++s) first_row[s + 1] = first_row[s] + tree.sequences[s].query_tokens;
   ThreadPool::global().parallel_for(sequences, [&](std::int64_t n) {
     const int s = static_cast<int>(n);
-    const SequencePlan& sequence = plan.sequences[s];
     const Tensor k = sequence_context(tree, s, false, DType::f64), v = sequence_context(tree, s, true, DType::f64);
-    const Tensor rows = q.slice(0, sequence.first_row, sequence.first_row + sequence.query_tokens);
-    const AttentionState state = reference_attend(rows, k, v, scale, causal);
-    out.o.slice(0, sequence.first_row, sequence.first_row + sequence.query_tokens).copy_from(state.o);
-    out.lse.slice(0, sequence.first_row, sequence.first_row + sequence.query_tokens).copy_from(state.lse);
+    const AttentionState state = reference_attend(q.slice(0, first_row[n], first_row[n + 1]), k, v, scale, causal);
+    out.o.slice(0, first_row[n], first_row[n + 1]).copy_from(state.o);
+    out.lse.slice(0, first_row[n], first_row[n + 1]).copy_from(state.lse);
   });
   return out;
 }

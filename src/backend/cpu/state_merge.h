@@ -1,4 +1,4 @@
-// Row-level merge of attention states, shared by merge_states and every CPU attention mode.
+// Row-level merge of attention states, shared by merge_states and the CPU plan runner.
 #pragma once
 
 #include <cstdint>
@@ -15,8 +15,8 @@ namespace hydragen::cpu {
 void merge_state_rows(std::span<const float* const> o_in, std::span<const float> lse_in,
                       std::int64_t head_dim, float* o_out, float* lse_out);
 
-// A state whose every element is NaN: the output buffer of every CPU mode starts so, so an
-// element the code forgets to write shows up as NaN in the tests instead of a stale value.
+// A state whose every element is NaN: merge_states' output starts so, so an element the
+// code forgets to write shows up as NaN in the tests instead of a stale value.
 AttentionState poisoned_state(std::int64_t rows, std::int64_t heads, std::int64_t head_dim);
 
 }  // namespace hydragen::cpu

@@ -20,9 +20,9 @@ struct StateBuffer {
 // Merges the n partial states first, first + stride, ... of one row, for the four o
 // elements [d, d + 4); returns the merged lse. Reads through L2: other blocks wrote them.
 // Columns go in batches of kMergeBatch with every load of a batch issued before any is used
-// (a split 32K prefix has 33+ columns: one at a time, the last arrival of 8/1 B=256 spent
-// ~150 us in two chains of dependent L2 round trips). Same arithmetic in column order as one
-// at a time; an entry whose weight is 0 is loaded but never used (it may be unwritten).
+// (a split 32K prefix has 33+ columns: one at a time, each is a chain of dependent L2 round
+// trips). Same arithmetic in column order as one at a time; an entry whose weight is 0 is
+// loaded but never used (it may be unwritten).
 constexpr int kMergeBatch = 8;
 __device__ __forceinline__ float merge_states_chunk(StateBuffer states, int head_dim, std::int64_t first,
                                                     std::int64_t stride, int n, int d, float4* o) {

@@ -1,53 +1,86 @@
-// hydragen::cuda::tree_attention: copy the tree into a page pool, plan, run. See cuda_attention.h.
+// hydragen::cuda::tree_attention: page the tree on the device, plan, run. See cuda_attention.h.
 #include "backend/cuda/cuda_attention.h"
 
-#include <cmath>
-#include <cstring>
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
 
-#include "plan/paged_plan.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/paged_attention_runner.h"
+#include "plan/tree_pages.h"
 
 namespace hydragen::cuda {
 namespace {
 
-// A K or V tensor as contiguous CPU memory of `dtype`.
-Tensor host_copy(const Tensor& t, DType dtype) {
-  Tensor h = t.to(Device::cpu).to(dtype);
-  return h.is_contiguous() ? h : h.clone();
+// The pools and runners a thread's calls reuse, so that a call allocates nothing once they
+// have grown to its size. Kept for the thread's life like linear's cuBLAS handle, and never
+// freed: at exit the CUDA runtime may be gone before a thread_local's destructor would run.
+struct Workspace {
+  Tensor k_pool, v_pool;  // flat 16-bit elements: the largest pool yet
+  struct Kept {
+    PlanCapacity capacity;
+    std::unique_ptr<PagedAttentionRunner> runner;
+  };
+  // By (dtype, head dim, q heads, kv heads): what a runner is built for.
+  std::map<std::tuple<DType, int, int, int>, Kept> runners;
+};
+
+Workspace& workspace() {
+  thread_local Workspace* kept = new Workspace;
+  return *kept;
 }
 
-// The pool's host image: K and V of every page, filled run by run.
-struct PoolImage {
-  std::int64_t token_elems;  // Hkv * d
-  int page_size;
-  DType dtype;
-  std::vector<std::uint16_t> k, v;
-  std::int32_t next_page = 0;
+// A pool of at least `elements` 16-bit elements; a larger one replaces the last.
+void* pool_of(Tensor& pool, std::int64_t elements) {
+  if (!pool.defined() || pool.numel() < elements)
+    pool = Tensor::empty({std::max(elements, pool.defined() ? pool.numel() + pool.numel() / 2 : 0)}, DType::bf16,
+                         Device::cuda);
+  return pool.raw();
+}
 
-  // Appends `tokens` consecutive tokens of k/v (each a list of tensor runs) on fresh pages.
-  std::vector<std::int32_t> append(const std::vector<const Segment*>& runs_k_v, const Sequence* suffix) {
-    std::int64_t tokens = 0;
-    for (const Segment* s : runs_k_v) tokens += s->k.size(0);
-    if (suffix) tokens += suffix->k.size(0);
-    std::vector<std::int32_t> pages;
-    for (std::int64_t t = 0; t < tokens; t += page_size) pages.push_back(next_page++);
-    const std::int64_t start = std::int64_t{pages.empty() ? 0 : pages.front()} * page_size * token_elems;
-    k.resize(std::int64_t{next_page} * page_size * token_elems);
-    v.resize(k.size());
-    std::int64_t at = start;
-    auto put = [&](const Tensor& tk, const Tensor& tv) {
-      const std::int64_t n = tk.size(0) * token_elems;
-      if (n == 0) return;
-      std::memcpy(k.data() + at, host_copy(tk, dtype).raw(), n * 2);
-      std::memcpy(v.data() + at, host_copy(tv, dtype).raw(), n * 2);
-      at += n;
-    };
-    for (const Segment* s : runs_k_v) put(s->k, s->v);
-    if (suffix) put(suffix->k, suffix->v);
-    return pages;
+// The runner for this shape whose buffers hold `need`: the kept one, or a larger one.
+PagedAttentionRunner& runner_for(DType dtype, int head_dim, int q_heads, int kv_heads, const PlanCapacity& need) {
+  Workspace::Kept& kept = workspace().runners[{dtype, head_dim, q_heads, kv_heads}];
+  if (!kept.runner || !kept.capacity.holds(need)) {
+    auto grow = [](std::int64_t v) { return std::max<std::int64_t>(64, v + v / 2); };
+    kept.capacity = kept.capacity.max({grow(need.pages), grow(need.pieces), grow(need.rows), grow(need.shared_items),
+                                       grow(need.suffix_items), grow(need.groups), grow(need.state_entries),
+                                       grow(need.merge_rows)});
+    kept.runner.reset();  // its buffers go before the larger ones come
+    kept.runner = std::make_unique<PagedAttentionRunner>(dtype, head_dim, q_heads, kv_heads, kept.capacity);
   }
-};
+  return *kept.runner;
+}
+
+// Device K/V are copied as they are: q's dtype, each token's [Hkv, d] contiguous.
+void check_device_kv(const Tensor& t, DType dtype, const std::string& name) {
+  if (t.device() != Device::cuda) return;
+  HG_CHECK(t.dtype() == dtype, "tree_attention: ", name, " is ", dtype_name(t.dtype()), " on cuda, expected ",
+           dtype_name(dtype), " (q's dtype: K/V on the device are copied, not converted)");
+  HG_CHECK((t.size(2) == 1 || t.stride(2) == 1) && (t.size(1) == 1 || t.stride(1) == t.size(2)) &&
+               (t.size(0) <= 1 || t.stride(0) >= t.size(1) * t.size(2)),
+           "tree_attention: ", name, " ", t.shape_str(), " on cuda has strides [", t.stride(0), ", ", t.stride(1), ", ",
+           t.stride(2), "], expected each token's [Hkv, d] contiguous");
+}
+
+// Tokens [0, len) of `src` into the pool from `slot` on: on the device a strided copy on the
+// legacy stream; from the host, converted there and copied (returns once it has read them).
+void copy_run(const Tensor& src, void* pool, std::int64_t slot, DType dtype) {
+  const std::int64_t tokens = src.size(0);
+  if (tokens == 0) return;
+  const std::size_t row_bytes = static_cast<std::size_t>(src.size(1) * src.size(2)) * dtype_bytes(dtype);
+  unsigned char* dst = static_cast<unsigned char*>(pool) + slot * row_bytes;
+  if (src.device() == Device::cuda) {
+    const std::size_t pitch = tokens == 1 ? row_bytes : static_cast<std::size_t>(src.stride(0)) * dtype_bytes(dtype);
+    HG_CUDA_CHECK(cudaMemcpy2DAsync(dst, row_bytes, src.raw(), pitch, row_bytes, static_cast<std::size_t>(tokens),
+                                    cudaMemcpyDeviceToDevice, nullptr));
+    return;
+  }
+  const Tensor host = src.dtype() == dtype && src.is_contiguous() ? src : src.to(dtype);
+  HG_CUDA_CHECK(cudaMemcpy(dst, host.raw(), tokens * row_bytes, cudaMemcpyHostToDevice));
+}
 
 }  // namespace
 
@@ -60,77 +93,56 @@ int device_count() {
   return n;
 }
 
-PagedTreeImage page_tree(const SharingTree& tree, std::int64_t q_heads, DType dtype, int page_size, bool dense_copy) {
-  const std::int64_t hkv = tree.kv_heads(), d = tree.head_dim();
-  PoolImage pool{hkv * d, page_size, dtype, {}, {}};
-  plan::PagedLayout layout;
-  layout.page_size = page_size, layout.kv_heads = static_cast<int>(hkv), layout.q_heads = static_cast<int>(q_heads);
-  layout.head_dim = static_cast<int>(d);
-  if (!dense_copy)
-    for (const Segment& seg : tree.segments)
-      layout.segments.push_back({seg.parent, seg.k.size(0), pool.append({&seg}, nullptr)});
-  for (int s = 0; s < static_cast<int>(tree.sequences.size()); ++s) {
-    const Sequence& seq = tree.sequences[s];
-    const int query_tokens = static_cast<int>(seq.query_tokens);
-    if (dense_copy) {  // the sequence's own contiguous copy of its whole context
-      std::vector<const Segment*> runs;
-      for (int p : tree.path(s)) runs.push_back(&tree.segments[p]);
-      layout.sequences.push_back({kNoParent, tree.context_tokens(s), pool.append(runs, &seq), query_tokens});
-    } else {
-      layout.sequences.push_back({seq.parent, seq.k.size(0), pool.append({}, &seq), query_tokens});
-    }
-  }
-  return {std::move(layout), std::move(pool.k), std::move(pool.v)};
-}
-
-AttentionState tree_attention(const SharingTree& tree, const Tensor& q, const TreeAttentionOptions& options,
-                              int page_size) {
-  tree.validate();
+AttentionState tree_attention(const SharingTree& tree, const Tensor& q, const TreeAttentionOptions& options) {
   HG_CHECK(q.device() == Device::cuda, "cuda::tree_attention: q must be a CUDA tensor");
-  HG_CHECK(q.dtype() == DType::bf16 || q.dtype() == DType::f16, "cuda::tree_attention: q must be bf16 or f16, got ",
-           dtype_name(q.dtype()));
-  HG_CHECK(q.rank() == 3 && q.is_contiguous(), "cuda::tree_attention: q must be contiguous [query_rows, Hq, d], got ",
-           q.shape_str());
-  const std::int64_t rows = tree.query_rows(), hq = q.size(1), d = q.size(2), hkv = tree.kv_heads();
-  HG_CHECK(q.size(0) == rows, "cuda::tree_attention: q has ", q.size(0), " rows, the tree has ", rows, " query tokens");
-  HG_CHECK(hkv == 0 || (d == tree.head_dim() && hq % hkv == 0), "cuda::tree_attention: q ", q.shape_str(),
-           " does not match the tree (Hkv ", hkv, ", d ", tree.head_dim(), ")");
-  HG_CHECK(supported_head_dim(static_cast<int>(d)), "cuda::tree_attention: head_dim ", d,
+  const DType dtype = q.dtype();
+  HG_CHECK(dtype == DType::bf16 || dtype == DType::f16, "tree_attention: q is ", dtype_name(dtype),
+           " on cuda, expected bf16 or f16");
+  HG_CHECK(q.rank() == 3 && q.is_contiguous(), "tree_attention: q must be contiguous [query_rows, Hq, d] on cuda, got ",
+           q.shape_str(), q.is_contiguous() ? "" : " (strided)");
+  const std::int64_t rows = q.size(0), hq = q.size(1), d = q.size(2), hkv = tree.kv_heads();
+  HG_CHECK(supported_head_dim(static_cast<int>(d)), "tree_attention: head_dim ", d,
            " is not supported on CUDA (supported: 64, 128)");
-  HG_CHECK(page_size >= 16 && (page_size & (page_size - 1)) == 0, "cuda::tree_attention: page_size must be a power of two >= 16, got ",
-           page_size);
-  if (rows == 0) return AttentionState::empty(0, hq, d);
-
-  PagedTreeImage image = page_tree(tree, hq, q.dtype(), page_size, options.mode == AttentionMode::dense);
-  const plan::PagedLayout& layout = image.layout;
-  const plan::PlanOptions plan_options =
-      plan_options_for_device(q.dtype(), static_cast<int>(d), options.mode, options.causal);
-  const plan::AttentionPlan plan = plan::build_attention_plan(layout, plan_options);
-
-  const std::int64_t pool_elems = std::max<std::int64_t>(image.k.size(), 8);
-  Tensor k_pool = Tensor::empty({pool_elems}, q.dtype(), Device::cuda);
-  Tensor v_pool = Tensor::empty({pool_elems}, q.dtype(), Device::cuda);
-  if (!image.k.empty()) {
-    HG_CUDA_CHECK(cudaMemcpy(k_pool.raw(), image.k.data(), image.k.size() * 2, cudaMemcpyHostToDevice));
-    HG_CUDA_CHECK(cudaMemcpy(v_pool.raw(), image.v.data(), image.v.size() * 2, cudaMemcpyHostToDevice));
+  for (std::size_t i = 0; i < tree.segments.size(); ++i) {
+    check_device_kv(tree.segments[i].k, dtype, "segment " + std::to_string(i) + " k");
+    check_device_kv(tree.segments[i].v, dtype, "segment " + std::to_string(i) + " v");
   }
-  Tensor out = Tensor::empty({rows, hq, d}, q.dtype(), Device::cuda);
-  Tensor out_lse = Tensor::empty({rows, hq}, DType::f32, Device::cuda);
-  HG_CUDA_CHECK(cudaMemset(out.raw(), 0xff, out.bytes()));  // NaN: every output must be written
-  HG_CUDA_CHECK(cudaMemset(out_lse.raw(), 0xff, out_lse.bytes()));
+  for (std::size_t s = 0; s < tree.sequences.size(); ++s) {
+    check_device_kv(tree.sequences[s].k, dtype, "sequence " + std::to_string(s) + " suffix k");
+    check_device_kv(tree.sequences[s].v, dtype, "sequence " + std::to_string(s) + " suffix v");
+  }
 
-  PagedAttentionRunner runner(q.dtype(), static_cast<int>(d), static_cast<int>(hq), static_cast<int>(hkv),
-                              PlanCapacity::of(plan), plan_options.shared_tile_rows);
-  runner.upload(plan);
-  runner.poison_states();
+  const int page_size = options.page_size;
+  const plan::TreePages paged = plan::page_tree(tree, hq, page_size, options.mode == AttentionMode::dense);
+  const plan::PlanOptions plan_options = plan_options_for_device(dtype, static_cast<int>(d), options.mode, options.causal);
+  const plan::AttentionPlan plan = plan::build_attention_plan(paged.layout, plan_options);
+
+  // The pools: NaN (all ones) in every slot no run fills, so a plan that reads one shows; then the runs.
+  Workspace& w = workspace();
+  const std::int64_t pool_elements = std::max<std::int64_t>(paged.pages, 1) * page_size * hkv * d;
+  void* k_pool = pool_of(w.k_pool, pool_elements);
+  void* v_pool = pool_of(w.v_pool, pool_elements);
+  HG_CUDA_CHECK(cudaMemsetAsync(k_pool, 0xff, pool_elements * 2, nullptr));
+  HG_CUDA_CHECK(cudaMemsetAsync(v_pool, 0xff, pool_elements * 2, nullptr));
+  for (const plan::TreePages::Copy& copy : paged.copies) {
+    copy_run(*copy.k, k_pool, copy.slot, dtype);
+    copy_run(*copy.v, v_pool, copy.slot, dtype);
+  }
+
+  PagedAttentionRunner& runner = runner_for(dtype, static_cast<int>(d), static_cast<int>(hq), static_cast<int>(hkv),
+                                            PlanCapacity::of(plan));
+  runner.upload(plan, cudaStreamLegacy);  // asynchronous on the legacy stream (nullptr would copy synchronously)
+  runner.poison_states();                 // NaN: every partial state merged must have been written
+  AttentionState out{Tensor::empty({rows, hq, d}, dtype, Device::cuda), Tensor::empty({rows, hq}, DType::f32, Device::cuda)};
+  HG_CUDA_CHECK(cudaMemsetAsync(out.o.raw(), 0xff, out.o.bytes(), nullptr));  // NaN: every output must be written
+  HG_CUDA_CHECK(cudaMemsetAsync(out.lse.raw(), 0xff, out.lse.bytes(), nullptr));
   PagedAttentionArgs args;
-  args.q = q.raw(), args.k_pool = k_pool.raw(), args.v_pool = v_pool.raw();
-  args.out = out.raw(), args.out_lse = out_lse.data<float>();
+  args.q = q.raw(), args.k_pool = k_pool, args.v_pool = v_pool;
+  args.out = out.o.raw(), args.out_lse = out.lse.data<float>();
   args.page_size = page_size;
   args.scale = options.scale.value_or(0.f);
   runner.run(args);
-  HG_CUDA_CHECK(cudaDeviceSynchronize());
-  return {out.to(Device::cpu).to(DType::f32), out_lse.to(Device::cpu)};
+  return out;
 }
 
 }  // namespace hydragen::cuda

@@ -1,12 +1,9 @@
-// Tree attention on a CUDA device: the sharing tree's K/V are copied into a page pool, the
-// host builds the plan (src/plan/paged_plan.h), two kernels run it. Host-only header (no
-// CUDA types): src/attention/tree_attention.cpp calls it when q lives on a CUDA device.
+// Tree attention on a CUDA device the way the engine's steps run it: the tree paged into
+// device pools (plan::page_tree) by device-side copies, planned with plan_options_for_device,
+// run by a PagedAttentionRunner. Host-only header (no CUDA types): src/attention/tree_attention.cpp
+// calls it when q lives on a CUDA device, after checking the tree and the options.
 #pragma once
 
-#include <cstdint>
-#include <vector>
-
-#include "plan/paged_plan.h"
 #include "hydragen/attention.h"
 
 namespace hydragen::cuda {
@@ -14,21 +11,16 @@ namespace hydragen::cuda {
 // Number of CUDA devices (0 when none, or when the driver is missing).
 int device_count();
 
-// q: CUDA tensor [query_rows, Hq, d], bf16 or f16, packed as SharingTree describes. The
-// tree's K/V may live anywhere in any dtype; they are converted to q's dtype. Head dims 64
-// and 128 (others throw hydragen::Error). Modes hydragen, paged and dense (dense first makes
-// a contiguous copy of each sequence's context). Returns o f32 [rows, Hq, d] and lse f32
-// [rows, Hq] on the CPU; o is the kernel's q-dtype output widened to f32.
-AttentionState tree_attention(const SharingTree& tree, const Tensor& q, const TreeAttentionOptions& options = {},
-                              int page_size = 64);
-
-// The tree laid out in pages on the host: the pool's K and V images ([pages, page_size,
-// Hkv, d] of `dtype`, 16-bit elements) and the layout that indexes them. dense_copy gives
-// every sequence its own contiguous copy of its context (the dense baseline).
-struct PagedTreeImage {
-  plan::PagedLayout layout;
-  std::vector<std::uint16_t> k, v;
-};
-PagedTreeImage page_tree(const SharingTree& tree, std::int64_t q_heads, DType dtype, int page_size, bool dense_copy);
+// q: contiguous CUDA tensor [query_rows, Hq, d], bf16 or f16, head dim 64 or 128. K/V on the
+// device must be q's dtype with each token's [Hkv, d] contiguous (copied as they are); K/V on
+// the host may be any float dtype (converted on the host, copied once). Returns o in q's dtype
+// [rows, Hq, d] (the kernels' output) and lse f32 [rows, Hq], both on the device.
+// Synchronisation: everything is enqueued on the legacy default stream, so later work on it
+// (every Tensor copy, to(Device::cpu)) sees the result, and the call returns without waiting
+// for the kernels. It waits only where the inputs or its kept buffers demand it: a copy of K/V
+// from host memory waits for the stream and returns once it has read them (CUDA's rule for
+// synchronous copies); packing a plan waits for the upload of two calls before to have read
+// the same pinned staging; a pool or runner outgrown is freed (a device-wide wait).
+AttentionState tree_attention(const SharingTree& tree, const Tensor& q, const TreeAttentionOptions& options);
 
 }  // namespace hydragen::cuda

@@ -1,7 +1,7 @@
 // The decode kernel's merges (decode_attention.cuh), one warp each: a one-row group of <= 32
-// columns in registers, and a multi-row group by its last-arriving item, the state loads
-// batched; and the merge launch that follows the decode kernel where the plan splits a
-// sequence's own keys (split_merge_kernel: one warp per row, in place of the last arrival).
+// columns in registers, the lone multi-row item's merge in line, and a multi-row group by its
+// last-arriving item, the state loads batched. (Split groups may instead be merged by the
+// merge launch after the decode kernel: split_merge.cu.)
 #pragma once
 
 #include <cstdint>
@@ -10,7 +10,7 @@
 #include "plan/paged_plan.h"
 #include "backend/cuda/attention_state.cuh"
 #include "backend/cuda/mma.cuh"
-#include "backend/cuda/paged_attention.cuh"
+#include "backend/cuda/attention_params.cuh"
 #include "backend/cuda/paged_attention_runner.h"  // kInLinePairs
 
 namespace hydragen::cuda {
@@ -19,8 +19,8 @@ namespace hydragen::cuda {
 // shared memory), 16 bytes per lane; zeros where !load (nothing is read: a zero weight's entry
 // may be unwritten; `safe` stands in for src, any readable address). A merge starts every copy
 // it needs, then waits once (stage_wait): all in flight together. Loaded into registers under
-// `if (w != 0)`, or as predicated or unconditional loads, ptxas issued them one after another,
-// each copied out of the same registers before the next (perf-notes v29).
+// `if (w != 0)`, or as predicated or unconditional loads, ptxas issues them one after another,
+// each copied out of the same registers before the next (see perf-notes: v29).
 template <int D>
 __device__ __forceinline__ void stage_state_o(bool load, const float* src, const float* safe, float* dst, int lane) {
   if (lane < D / 4) ptx::cp_async_16(dst + lane * 4, load ? src + lane * 4 : safe, load);
@@ -92,7 +92,7 @@ __device__ __forceinline__ void merge_row_in_registers(const PagedAttentionParam
 }
 
 // The only suffix item of its group, R >= 4 rows (rows of them) over n columns with
-// rows * (n - 1) <= kInLinePairs (v26): its own state stays in registers (own_o[r]: this lane's
+// rows * (n - 1) <= kInLinePairs (see perf-notes: v26): its own state stays in registers (own_o[r]: this lane's
 // D / 32 dims of row r, normalised; own_lse[r]) and is never written; lane r * (n - 1) + j holds
 // the lse of row r's j-th other column (lane_lse, fetched under the item's keys); every other
 // column's o is copied at once into `stage` (kInLinePairs * D floats of the warp's shared
@@ -155,10 +155,9 @@ __device__ __forceinline__ void merge_rows_in_line(const PagedAttentionParams& p
 
 // The last arrival's merge of its group's rows (<= 8) over n state columns: the arithmetic of
 // merge_states_chunk (weights exp(lse - max), their sum and the weighted o in column order),
-// with the loads reordered for latency. merge_states_chunk per (row, 4 dims) made each lane walk
-// its rows one after another, every row two passes of dependent L2 round trips (8 rows x 17
-// columns: ~48 round trips; 8/1 B=256 32K s1 spent 0.07 ms in the suffix launch). Here: every
-// lse at once (one round trip), each row's weights into shared memory by lane r, then each
+// with the loads reordered for latency (merge_states_chunk per (row, 4 dims) makes each lane
+// walk its rows one after another, every row two passes of dependent L2 round trips: ~48 round
+// trips for 8 rows x 17 columns; see perf-notes: v11). Here: every lse at once (one round trip), each row's weights into shared memory by lane r, then each
 // lane's two (row, 4 dims) chunks with kMergeBatch o loads of each in flight. `scratch` is the
 // warp's K/V staging area (free after the key loop); returns false, having done nothing, when
 // the weights do not fit it (the caller merges with merge_states_chunk).
@@ -259,79 +258,4 @@ __device__ __forceinline__ bool merge_rows_in_warp(const PagedAttentionParams& p
   return true;
 }
 
-// The merge launch (v39): the decode kernel's split merge groups (PlanMergeGroup::items > 1),
-// merged after it by a launch of their own instead of by each group's last arrival, which
-// merged all of its group's rows on one warp: 5-20 us of the small 8/1 launches, a single
-// warp's instruction stream on an SM with nothing else to run (docs/perf-notes.md, session 19
-// call 6). Here every row of a split group (AttentionPlan::merge_rows) is a warp's: a
-// persistent grid of warps takes rows w, w + warps, ...; a row's lse in one round trip (lane c
-// holds column c), then its columns' o, kBatch in flight per lane (one round trip up to kBatch
-// columns). Runs as the decode launch's programmatic dependent where the device has PDL (the
-// decode kernel lets it start once every decode block runs): the plan loads go before the
-// wait, the state loads after it.
-constexpr int kSplitMergeWarps = 4;
-constexpr int kSplitMergeBlocksPerSm = 4;  // (<= 128 registers a thread: 16 warps fit an SM)
-template <class T, int D>
-__global__ void __launch_bounds__(32 * kSplitMergeWarps, kSplitMergeBlocksPerSm) split_merge_kernel(const PagedAttentionParams p) {
-  constexpr int DL = D / 32;  // dims per lane
-  constexpr int kBatch = 16;
-  using Vec = std::conditional_t<DL == 4, float4, float2>;
-  const int lane = threadIdx.x % 32;
-  const int count = *p.merge_row_count, warps = gridDim.x * kSplitMergeWarps;
-  const int group_size = p.q_heads / p.kv_heads;
-  bool waited = false;
-  for (int u = blockIdx.x * kSplitMergeWarps + threadIdx.x / 32; u < count; u += warps) {
-    const plan::PlanMergeRow mr = p.merge_rows[u];
-    const plan::PlanItem it = p.items[mr.item];
-    const plan::PlanRow row = p.rows[it.row_begin + mr.row];
-    const int n = p.groups[it.group].columns;
-    if (!waited) wait_for_shared_launch(), waited = true;  // (the decode launch's states: this launch is its dependent)
-    const int head = it.kv_head * group_size + row.group;
-    const std::int64_t first = std::int64_t{row.state_base} + head;
-    auto entry = [&](int c) { return first + std::int64_t{c} * row.state_stride; };
-    // Lane c holds column c's lse (and c + 32's, ... past 32 columns: loaded again below).
-    const float lse0 = lane < n ? __ldcg(p.states.lse + entry(lane)) : -INFINITY;
-    float mx = lse0;
-    for (int c = lane + 32; c < n; c += 32) mx = fmaxf(mx, __ldcg(p.states.lse + entry(c)));
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    float acc[DL] = {}, sum = 0.f;
-    if (mx != -INFINITY) {
-      for (int c0 = 0; c0 < n; c0 += 32) {
-        const float l = c0 == 0 ? lse0 : c0 + lane < n ? __ldcg(p.states.lse + entry(c0 + lane)) : -INFINITY;
-        const float w_lane = __expf(l - mx);  // 0 at -inf: an empty or negligible state
-        sum += w_lane;
-        const int m = min(32, n - c0);
-        for (int j0 = 0; j0 < m; j0 += kBatch) {
-          float w[kBatch];
-          Vec x[kBatch];
-#pragma unroll
-          for (int j = 0; j < kBatch; ++j) {
-            w[j] = __shfl_sync(0xffffffffu, w_lane, (j0 + j) & 31);
-            if (j0 + j >= m) w[j] = 0.f;
-            x[j] = Vec{};
-            if (w[j] != 0.f)  // a zero weight's entry may be unwritten: never loaded
-              x[j] = __ldcg(reinterpret_cast<const Vec*>(p.states.o + entry(c0 + j0 + j) * D) + lane);
-          }
-#pragma unroll
-          for (int j = 0; j < kBatch; ++j) {
-            const float* v = reinterpret_cast<const float*>(&x[j]);
-#pragma unroll
-            for (int i = 0; i < DL; ++i) acc[i] += w[j] * v[i];
-          }
-        }
-      }
-#pragma unroll
-      for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-      const float rs = 1.f / sum;
-#pragma unroll
-      for (int i = 0; i < DL; ++i) acc[i] *= rs;
-    }
-    const std::int64_t qi = std::int64_t{row.token} * p.q_heads + head;
-    T* out = static_cast<T*>(p.out) + qi * D + lane * DL;
-#pragma unroll
-    for (int i = 0; i < DL; ++i) out[i] = ptx::from_float<T>(acc[i]);
-    if (lane == 0) p.out_lse[qi] = mx == -INFINITY ? -INFINITY : mx + __logf(sum);
-  }
-}
 }  // namespace hydragen::cuda

@@ -1,20 +1,17 @@
 // The suffix kernel for one-row items that are alone in their merge group (MHA decode: one
-// query row per sequence and head, its suffix not split), four lanes per item (v14-suffix;
-// the runner's rule for when: quad_decode_keys, docs/perf-notes.md v14-suffix and v16-quad).
+// query row per sequence and head, its suffix not split), four lanes per item (when:
+// quad_rule in launch_choice.h; see perf-notes: v14-suffix, v16-quad).
 //
 // Why: decode_attention.cuh gives each item a warp. An MHA step at batch 1024 has 40960 such
 // items, 26 per warp in flight one after another, each a chain of ~8 dependent memory round
-// trips (item, row, Q, piece, page, K/V, the shared states, the output): 40/40 B=1024 with a
-// one-key suffix spends ~0.16 ms in that launch for ~105 MB of traffic (25 us at copy rate).
-// Here a quad (four lanes) owns an item and each lane D / 4 of its dims, so a warp runs eight
+// trips (item, row, Q, piece, page, K/V, the shared states, the output). Here a quad (four lanes) owns an item and each lane D / 4 of its dims, so a warp runs eight
 // items side by side and a launch needs ~5 rounds of chains instead of 26.
 //
 // Per item: the other columns' lse (before the keys, so that round trip overlaps theirs); Q
 // (D / 4 dims per lane in 4-dim granules interleaved across the quad, fp32, scale folded in);
-// the keys in blocks of kBlockKeys,
-// every K and V load of a block issued before any is used; a key's score is the quad's sum of
-// its lanes' partial dot products (two shuffles within the quad); online softmax per block
-// (one rescale per block, exp2 domain); then the merge with the group's other columns (the
+// the keys one at a time, each key's K and V loaded together; a key's score is the quad's
+// sum of its lanes' partial dot products (two shuffles within the quad); online softmax per
+// key (exp2 domain); then the merge with the group's other columns (the
 // stacked segments' states, complete: the shared launch precedes this one) in column order,
 // as merge_states_chunk, and the output row and its lse. The arithmetic matches
 // decode_attention.cuh's up to the order of the softmax's rescales.
@@ -25,35 +22,29 @@
 
 #include "plan/paged_plan.h"
 #include "backend/cuda/attention_state.cuh"
-#include "backend/cuda/decode_attention.cuh"
-#include "backend/cuda/paged_attention.cuh"
+#include "backend/cuda/decode_shape.cuh"
+#include "backend/cuda/attention_params.cuh"
 
 namespace hydragen::cuda {
 
-// KB: keys whose K and V are in flight together. 4 for items of several keys; 1 for items of
-// one or two keys (a one-key decode suffix), whose registers (~half) let 4 blocks share an SM
-// instead of 2, so a launch of 40960 items needs ~2.5 rounds of load chains instead of ~5.
-// Items per 128-thread block (a quad each), whatever the build: the runner sizes the grid by it.
-inline constexpr int kQuadItemsPerBlock = 32;
-
-template <class T, int D, int KB>
+template <class T, int D>
 struct QuadShape {
   static constexpr int kThreads = 4 * kQuadItemsPerBlock;
   static constexpr int kItemsPerBlock = kQuadItemsPerBlock;
   static constexpr int kDims = D / 4;             // dims per lane: 32 (D 128) or 16 (D 64)
   static constexpr int kGranules = D / 16;        // a lane's 4-dim granules (see quad_dim)
-  static constexpr int kBlockKeys = KB;
-  static constexpr int kMinBlocks = KB == 1 ? 4 : 2;  // resident blocks per SM (__launch_bounds__)
+  // One key in flight per lane: the registers let 4 blocks share an SM, so a launch of 40960
+  // items needs ~2.5 rounds of load chains.
+  static constexpr int kBlockKeys = 1;
+  static constexpr int kMinBlocks = 4;            // resident blocks per SM (__launch_bounds__)
   static constexpr int kEarlyColumns = 8;         // columns whose lse is loaded before the keys (2 per lane)
   static_assert(D == 64 || D == 128);
-  static_assert(KB == 1 || KB == 4);
 };
 
 // First dim of granule g of lane `sub`: the quad's four lanes own four adjacent granules, so
 // each load or store instruction of the quad covers 32 contiguous bytes of a bf16/fp16 row
-// (one sector) and 64 of an fp32 state row. (v14 gave each lane D / 4 contiguous dims: the
-// lanes' accesses of one instruction lay 64 bytes apart, 4-byte output stores filled 4.1 of a
-// sector's 32 bytes and loads 15.4, per Nsight Compute at 40/40 B=1024 2K s1.)
+// (one sector) and 64 of an fp32 state row; contiguous D / 4 dims per lane would put the
+// lanes' accesses 64 bytes apart (see perf-notes: v16-quad).
 __device__ __forceinline__ int quad_dim(int g, int sub) { return (g * 4 + sub) * 4; }
 
 // The quad's sum of x (its four lanes hold partial sums of the same quantity).
@@ -69,11 +60,11 @@ __device__ __forceinline__ void unpack4(const uint2& u, float* f) {
   f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
 }
 
-template <class T, int D, int KB>
-__global__ void __launch_bounds__(QuadShape<T, D, KB>::kThreads, QuadShape<T, D, KB>::kMinBlocks)
+template <class T, int D>
+__global__ void __launch_bounds__(QuadShape<T, D>::kThreads, QuadShape<T, D>::kMinBlocks)
     decode_quad_kernel(const PagedAttentionParams p) {
-  using Shape = QuadShape<T, D, KB>;
-  constexpr int DQ = Shape::kDims, NG = Shape::kGranules, EC = Shape::kEarlyColumns;
+  using Shape = QuadShape<T, D>;
+  constexpr int DQ = Shape::kDims, NG = Shape::kGranules, EC = Shape::kEarlyColumns, KB = Shape::kBlockKeys;
   const int lane = threadIdx.x % 32, sub = lane % 4;
   const unsigned mask = 0xFu << (lane & ~3);  // this quad's lanes
   const int item_index = blockIdx.x * Shape::kItemsPerBlock + threadIdx.x / 4;
@@ -200,7 +191,7 @@ __global__ void __launch_bounds__(QuadShape<T, D, KB>::kThreads, QuadShape<T, D,
     } else {
       // Own state first (in place), then the others in column order, two columns' o in
       // flight at a time: their weights are known before any o is loaded, so the loads do not
-      // wait for an lse round trip each (v20-merge, docs/perf-notes.md). A zero weight (an
+      // wait for an lse round trip each (see perf-notes: v20-merge). A zero weight (an
       // empty or negligible state, whose o may be unwritten) loads nothing.
       const float4* column_o = reinterpret_cast<const float4*>(p.states.o + first * D);  // column 0's o
       const std::int64_t column_step = std::int64_t{row.state_stride} * (D / 4);          // float4s per column

@@ -58,7 +58,7 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const std::uint32_t (&a
 // 2^x on the special-function unit, subnormal results flushed to zero. exp2f compiles to the
 // same MUFU.EX2 plus a compare and two multiplies per element that only matter below 2^-126
 // (a weight that small adds nothing to a row sum of at least 1); in the shared kernel's loop
-// they were a quarter of the consumers' instructions (docs/perf-notes.md v24).
+// they are a quarter of the consumers' instructions (see perf-notes: v24).
 __device__ __forceinline__ float exp2_approx(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));

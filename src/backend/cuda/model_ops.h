@@ -25,7 +25,7 @@ void add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& weight, f
 // rotated q heads instead of qkv, and qkv is then left as it was (the rotated k goes to
 // k_cache only): the attention's contiguous q without a copy out of the strided qkv rows,
 // and no write-back nobody reads.
-// Twin: apply_rope + KvCache::write.
+// Twin: apply_rope + the slot writes of Llama::forward_paged.
 void rope_append_kv(Tensor& qkv, std::int64_t q_heads, std::int64_t kv_heads, const Tensor& positions,
                     const Tensor& inv_freq, const Tensor& slots, Tensor& k_cache, Tensor& v_cache,
                     Tensor* q_out = nullptr, void* stream = nullptr);

@@ -1,19 +1,19 @@
 // The shared-segment attention kernel (kernel 1) on Hopper tensor cores (wgmma, sm_90a).
 //
-// One item = (range of a stacked segment's pieces, kv head, tile of 64 * WG stacked query
-// rows). Each warpgroup (4 warps, 128 threads) owns 64 query rows and runs the
+// One item = (range of a stacked segment's pieces, kv head, tile of 128 stacked query
+// rows). Each of its two warpgroups (4 warps, 128 threads) owns 64 query rows and runs the
 // FlashAttention-2 loop over the item's pieces (<= 64 keys each, read through the page table
 // with cp.async into a double-buffered, 128B-swizzled stage):
 //   S (64 x 64)  = Q (smem, K-major) . K^T (smem, K-major)      wgmma m64n64k16, 8 k-steps
-//   online softmax on S in registers (exp2 domain, as in paged_attention.cuh)
+//   online softmax on S in registers (exp2 domain, as in shared_mma.cuh)
 //   O (64 x 128) += P (registers, bf16/f16) . V (smem, MN-major) wgmma m64n128k16, 4 k-steps
 // Accumulators are per thread: S 32 floats, O 64 floats (vs 64 + 128 for a 32-row mma.sync
 // warp), so two blocks of 2 warpgroups fit on an SM. The item's (o / l, lse) goes straight
 // from registers to its column of the partial-state buffer; the suffix kernel merges it.
-// head_dim 128 only; other head dims and non-sm_90a builds use paged_attention.cuh's kernel
-// (the runner's choice, HYDRAGEN_SHARED_KERNEL in paged_attention_runner.h).
+// head_dim 128 only; other head dims and non-sm_90a builds use shared_mma.cuh's kernel
+// (launch_choice.h). Its helpers also serve shared_attention_ws.cuh's kernel.
 //
-// Per piece i, one block barrier (docs/perf-notes.md, v5):
+// Per piece i, one block barrier (see perf-notes: v5):
 //   page-table reads of piece i+1 -> cp.async wait (piece i) -> wgmma wait (P.V(i-1)) ->
 //   barrier -> copies of piece i+1 issued -> S(i) -> wait -> softmax -> O += P.V(i) issued,
 //   not waited
@@ -28,7 +28,7 @@
 // Shared memory (1024-byte aligned; 128B swizzle: 16-byte chunk c of a 128-byte row r lives
 // at chunk c ^ (r % 8)); a 128-element row is split into two 64-element halves, each half a
 // [rows][128 B] array:
-//   Q:      [2 halves][64 * WG rows][128 B]
+//   Q:      [2 halves][128 rows][128 B]
 //   stage s (2): K [2 halves][64 keys][128 B], then V the same.
 #pragma once
 
@@ -37,17 +37,17 @@
 #include "plan/paged_plan.h"
 #include "backend/cuda/attention_state.cuh"
 #include "backend/cuda/mma.cuh"
-#include "backend/cuda/paged_attention.cuh"
+#include "backend/cuda/attention_params.cuh"
 #include "backend/cuda/wgmma.cuh"
 
 namespace hydragen::cuda {
 
-template <class T, int WG>
+template <class T>
 struct WgmmaSharedTile {
   static constexpr int D = 128;
-  static constexpr int kRows = 64 * WG;
+  static constexpr int kRows = 128;
   static constexpr int kKeys = plan::kBlockTokens;
-  static constexpr int kThreads = 128 * WG;
+  static constexpr int kThreads = 256;  // two warpgroups
   static constexpr int kQHalf = kRows * 128;   // bytes of one 64-column half of Q
   static constexpr int kKvHalf = kKeys * 128;  // bytes of one half of a K (or V) block
   static constexpr int kKvBytes = 2 * kKvHalf;
@@ -149,7 +149,7 @@ __device__ __forceinline__ void tile_state_entries(const PagedAttentionParams& p
 // columns: this thread holds rows r0 (h = 0) and r0 + 8 (h = 1), element i in row (i / 2) % 2,
 // the rest of each row in its quad. s becomes the unnormalized probabilities, m and l move on,
 // alpha is the factor for O. A row masked so far keeps exp2 finite (base 0).
-// Lazy rescaling (docs/perf-notes.md v24): the rows' maxima move only when some row of the
+// Lazy rescaling (see perf-notes: v24): the rows' maxima move only when some row of the
 // warp sees a score more than `lag` (log2 units) above its max; until then the old max stays
 // the base, so p <= 2^lag and O and l keep their scale (alpha = 1). The result is the same
 // softmax (o / l and lse do not depend on the base); only the rounding of p moves. Returns
@@ -191,7 +191,7 @@ __device__ __forceinline__ bool online_softmax_step(float (&s)[N], float (&m)[2]
   return rescale;
 }
 
-// The exponentials of a block without masked keys, betting that the rows keep their max (v34):
+// The exponentials of a block without masked keys, betting that the rows keep their max (see perf-notes: v34):
 // p = 2^(s * scale - m) at once, without the max's 64 comparisons, shuffles and vote first, and
 // the thread's part of each row's sum in `sum`. Returns whether the bet held for this thread:
 // each part sums to at most 2^lag (so no p is above 2^lag, the bound online_softmax_step keeps,
@@ -213,7 +213,7 @@ __device__ __forceinline__ bool exp_at_same_max(float (&s)[N], const float (&m)[
 }
 
 // Where some thread of the warp lost exp_at_same_max's bet, the warp moves its rows' maxima
-// from p itself (v35), without computing S again: s holds p = 2^(s * scale - m). A row whose
+// from p itself (see perf-notes: v35), without computing S again: s holds p = 2^(s * scale - m). A row whose
 // largest p (over its quad) is above 2^lag moves its max up by e, where 2^(e-1) <= pmax < 2^e:
 // its p, l and O scale by 2^-e, exactly (a power of two), so its largest p lands in [1/2, 1)
 // and every p keeps online_softmax_step's bound. l takes the block's scaled sum; alpha says how
@@ -257,7 +257,7 @@ __device__ __forceinline__ bool rescale_from_p(float (&s)[N], float (&m)[2], flo
 // part of a wgmma m64n128 accumulator (element 4 nt + e: key 8 nt + 2 (lane % 4) + (e & 1), row
 // lane / 4 + 8 (e / 2)). q: a [2 halves][rows][128 B] swizzled array whose halves lie q_half
 // bytes apart, the warp's rows from q_row on; k: [2 halves][128 keys][128 B], kv_half apart.
-// The warp's slow path where rescale_from_p cannot recover its scores (v35).
+// The warp's slow path where rescale_from_p cannot recover its scores (see perf-notes: v35).
 template <class T>
 __device__ __forceinline__ void warp_qk(float (&s)[64], const unsigned char* q, int q_row, int q_half,
                                         const unsigned char* k, int kv_half, int lane) {
@@ -340,10 +340,10 @@ int prepare_sm90_kernel(Kernel kernel, int threads, int smem_bytes) {
   return blocks;
 }
 
-template <class T, int WG>
-__global__ void __launch_bounds__(128 * WG, 2) shared_attention_wgmma_kernel(const PagedAttentionParams p) {
+template <class T>
+__global__ void __launch_bounds__(256, 2) shared_attention_wgmma_kernel(const PagedAttentionParams p) {
 #if HYDRAGEN_WGMMA
-  using Tile = WgmmaSharedTile<T, WG>;
+  using Tile = WgmmaSharedTile<T>;
   constexpr int D = Tile::D;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
@@ -470,19 +470,6 @@ __global__ void __launch_bounds__(128 * WG, 2) shared_attention_wgmma_kernel(con
     __syncthreads();  // shared memory (Q, stages) is reused by the next item
   }
 #endif
-}
-
-// Resident blocks per SM, or 0 (the caller falls back to paged_attention.cuh).
-template <class T, int WG>
-int prepare_shared_wgmma() {
-  using Tile = WgmmaSharedTile<T, WG>;
-  return prepare_sm90_kernel(shared_attention_wgmma_kernel<T, WG>, Tile::kThreads, Tile::kSmemBytes);
-}
-
-template <class T, int WG>
-void launch_shared_wgmma(const PagedAttentionParams& p, int grid, cudaStream_t stream) {
-  using Tile = WgmmaSharedTile<T, WG>;
-  shared_attention_wgmma_kernel<T, WG><<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
 }
 
 }  // namespace hydragen::cuda

@@ -1,4 +1,4 @@
-// The shared-segment attention kernel, warp-specialized (v10, sm_90a; docs/perf-notes.md v10).
+// The shared-segment attention kernel, warp-specialized (sm_90a; see perf-notes: v10, v13).
 //
 // Same items, operands and results as shared_attention.cuh's kernel (one item = a range of a
 // stacked segment's pieces, a kv head and a tile of 128 stacked query rows; its (o / l, lse)
@@ -37,7 +37,7 @@
 #include "plan/paged_plan.h"
 #include "backend/cuda/attention_state.cuh"
 #include "backend/cuda/mma.cuh"
-#include "backend/cuda/paged_attention.cuh"
+#include "backend/cuda/attention_params.cuh"
 #include "backend/cuda/shared_attention.cuh"
 #include "backend/cuda/wgmma.cuh"
 
@@ -63,25 +63,23 @@ struct WsSharedTile {
   static_assert(plan::kBlockTokens == 64, "a stage holds two 64-key pieces");
 };
 
-// How the producer fills a stage (v13): a whole 64-key piece is copied by TMA boxes of
-// min(page_size, 64) keys x 64 dims (K and V, two halves of the head dim: 8 boxes per piece at
-// page size 64), which write the 128B-swizzled layout the wgmma descriptors read; one lane per
-// box of producer warp 0 issues them after lane 0 added their bytes to `full`'s transaction
-// count. A piece that is not whole (a segment's last, shorter piece, or none past the item's
-// pieces) is copied by warp 0's lanes with cp.async and zero fill, so keys past a piece are
-// zeros, never stale pool data; the lanes hand those copies to the hardware
-// (cp.async.mbarrier.arrive.noinc: each lane's `full` arrival happens when they land, v12), and
-// the consumers fence the async proxy after their wait. Producer warps 1..3 copy each item's Q
-// rows into the Q tile (v20-qload): once both consumers have released the tile (`q_free`: their
-// last S of the item before is complete) the next item's rows go in with cp.async and arrive
-// on `q_full`, so the item boundary waits on no global round trip for Q. (The variants that
-// filled the stages with cp.async alone, v10 and v12, were deleted in session 17: the TMA
-// kernel had been the default since v13.)
+// How the producer fills a stage (see perf-notes: v13): a whole 64-key piece is copied by TMA
+// boxes of min(page_size, 64) keys x 64 dims (K and V, two halves of the head dim: 8 boxes per
+// piece at page size 64), which write the 128B-swizzled layout the wgmma descriptors read; one
+// lane per box of producer warp 0 issues them after lane 0 added their bytes to `full`'s
+// transaction count. A piece that is not whole (a segment's last, shorter piece, or none past
+// the item's pieces) is copied by warp 0's lanes with cp.async and zero fill, so keys past a
+// piece are zeros, never stale pool data; the lanes hand those copies to the hardware
+// (cp.async.mbarrier.arrive.noinc: each lane's `full` arrival happens when they land), and the
+// consumers fence the async proxy after their wait. Producer warps 1..3 copy each item's Q rows
+// into the Q tile (see perf-notes: v20-qload): once both consumers have released the tile
+// (`q_free`: their last S of the item before is complete) the next item's rows go in with
+// cp.async and arrive on `q_full`, so the item boundary waits on no global round trip for Q.
 
-// PingPong: the two consumers take turns issuing their wgmmas (named barriers 3 and 4), so one
+// The two consumers take turns issuing their wgmmas (named barriers 3 and 4: ping-pong), so one
 // consumer's softmax runs while the other's products use the tensor cores.
 // tk / tv: TMA maps of the K and V pools (see encode_kv_tensor_map).
-template <class T, bool PingPong>
+template <class T>
 __global__ void __launch_bounds__(384, 1)
     shared_attention_ws_kernel(const PagedAttentionParams p, const __grid_constant__ CUtensorMap tk,
                                const __grid_constant__ CUtensorMap tv) {
@@ -250,12 +248,8 @@ __global__ void __launch_bounds__(384, 1)
   const float lag_pow2 = exp2f(p.rescale_lag);  // exp_at_same_max's bound on a thread's part of a row sum
   const std::uint64_t v_desc = wgmma::desc(skv_addr + Tile::kKvBytes, Tile::kKvHalf, 1024);  // stage 0's V
   // Turns: wait for mine before issuing, hand over after. Consumer 1 hands consumer 0 its first.
-  auto my_turn = [&] {
-    if constexpr (PingPong) wgmma::named_barrier(3 + cw, 256);
-  };
-  auto their_turn = [&] {
-    if constexpr (PingPong) asm volatile("bar.arrive %0, 256;\n" ::"r"(3 + (cw ^ 1)) : "memory");
-  };
+  auto my_turn = [&] { wgmma::named_barrier(3 + cw, 256); };
+  auto their_turn = [&] { asm volatile("bar.arrive %0, 256;\n" ::"r"(3 + (cw ^ 1)) : "memory"); };
   if (cw == 1) their_turn();
   // The next item is read under the last P.V of this one, so the boundary between
   // items waits on neither it nor Q.
@@ -427,28 +421,6 @@ __global__ void __launch_bounds__(384, 1)
     it = next;
   }
 #endif
-}
-
-// Resident blocks per SM (1), or 0 when this build or device has no sm_90a code for it.
-template <class T, bool PingPong>
-int prepare_shared_ws() {
-  using Tile = WsSharedTile<T>;
-  return prepare_sm90_kernel(shared_attention_ws_kernel<T, PingPong>, Tile::kThreads, Tile::kSmemBytes);
-}
-
-// TMA map of a [slots, kv_heads, 128] pool (slots = pages * page_size) with boxes of
-// 64 dims x 1 head x min(page_size, 64) slots, 128-byte swizzle (paged_attention_runner.cu).
-CUtensorMap encode_kv_tensor_map(const void* pool, bool bf16, int kv_heads, int page_size);
-
-// p.q_after_wait: launched as the programmatic dependent of the launch before it.
-template <class T, bool PingPong>
-void launch_shared_ws(const PagedAttentionParams& p, int grid, cudaStream_t stream) {
-  using Tile = WsSharedTile<T>;
-  constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
-  const CUtensorMap tk = encode_kv_tensor_map(p.k_pool, bf16, p.kv_heads, p.page_size);
-  const CUtensorMap tv = encode_kv_tensor_map(p.v_pool, bf16, p.kv_heads, p.page_size);
-  launch_kernel(shared_attention_ws_kernel<T, PingPong>, grid, Tile::kThreads, Tile::kSmemBytes, stream,
-                p.q_after_wait != 0, p, tk, tv);
 }
 
 }  // namespace hydragen::cuda

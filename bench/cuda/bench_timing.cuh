@@ -1,5 +1,5 @@
 // How the benchmark times device work, shared by cuda_bench.cu (`hydragen bench attention`) and
-// the development probes in bench/probes/ (compiled with -Iinclude -Isrc), so that a probe's
+// the development probes in bench/probes/ (compiled with -I. -Iinclude -Isrc), so that a probe's
 // numbers are timed exactly as a bench point is: time_step (CUDA events around the step, 256 MB
 // written before each run to flush L2, the launches queued behind a device-side wait, median of
 // `repeats` after `warmup` runs), and the plain streaming read that gives a memory-bound point
@@ -13,7 +13,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "backend/cuda/cuda_bench.h"
+#include "bench/cuda/cuda_bench.h"
 #include "backend/cuda/cuda_check.h"
 
 namespace hydragen::cuda {

@@ -1,6 +1,6 @@
-// Host-only interface between the `hydragen bench attention` CLI (tools/) and the CUDA
-// backend. This header has no CUDA types so g++ can compile the CLI; the functions are
-// defined in src/backend/cuda/ and exist only when HYDRAGEN_WITH_CUDA is set.
+// Host-only interface between the `hydragen bench` CLI (tools/) and its CUDA side. This header
+// has no CUDA types so g++ can compile the CLI; the functions are defined in cuda_bench.cu,
+// compiled into the CLI only when HYDRAGEN_WITH_CUDA is set.
 #pragma once
 
 #include <cstdint>

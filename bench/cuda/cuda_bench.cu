@@ -4,7 +4,7 @@
 // launches are queued behind a device-side wait, so the time is the device's alone: what a
 // CUDA graph replays, without the host's time to encode and launch the kernels
 // (bench_timing.cuh's time_step).
-#include "backend/cuda/cuda_bench.h"
+#include "bench/cuda/cuda_bench.h"
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -13,11 +13,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <utility>
 #include <memory>
 #include <vector>
 
 #include "plan/paged_plan.h"
-#include "backend/cuda/bench_timing.cuh"
+#include "bench/cuda/bench_timing.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/paged_attention_runner.h"
 
@@ -44,6 +45,31 @@ std::vector<std::int32_t> take_pages(std::int32_t& next, std::int64_t tokens, in
   std::vector<std::int32_t> pages;
   for (std::int64_t t = 0; t < tokens; t += page_size) pages.push_back(next++);
   return pages;
+}
+
+// The plan options of a point: the device's, under the kernel overrides of the environment,
+// and the suffix split model's two open numbers where set (A/B; see perf-notes: Suffix splits):
+// HYDRAGEN_SUFFIX_MIN_SPLIT (keys, >= 1) and HYDRAGEN_SUFFIX_COLUMN_COST (keys per row per
+// split, >= 0). The environment is read once.
+plan::PlanOptions bench_plan_options(DType dtype, int head_dim, AttentionMode mode, const KernelOverrides& overrides) {
+  static const std::pair<std::int64_t, double> ab = [] {
+    std::pair<std::int64_t, double> read{-1, -1.0};
+    if (const char* env = std::getenv("HYDRAGEN_SUFFIX_MIN_SPLIT")) {
+      read.first = std::atoll(env);
+      HG_CHECK(read.first >= 1, "HYDRAGEN_SUFFIX_MIN_SPLIT=", env, ": must be a positive token count");
+    }
+    if (const char* env = std::getenv("HYDRAGEN_SUFFIX_COLUMN_COST")) {
+      char* end = nullptr;
+      read.second = std::strtod(env, &end);
+      HG_CHECK(end != env && *end == '\0' && read.second >= 0, "HYDRAGEN_SUFFIX_COLUMN_COST=", env,
+               ": must be a number >= 0 (keys per row per split)");
+    }
+    return read;
+  }();
+  plan::PlanOptions options = plan_options_for_device(dtype, head_dim, mode, true, overrides);
+  if (ab.first > 0) options.suffix_min_split_tokens = ab.first;
+  if (ab.second >= 0) options.suffix_column_cost = ab.second;
+  return options;
 }
 
 }  // namespace
@@ -170,7 +196,8 @@ AttentionBenchTiming bench_attention(const AttentionBenchCase& bc) {
     timing.skip_reason = concat("out of memory: ", bc.mode, " needs ", 2 * pool_bytes / 1000000000, " GB of K/V");
     return timing;
   }
-  const plan::PlanOptions options = plan_options_for_device(bc.dtype, bc.head_dim, mode, true);
+  static const KernelOverrides overrides = kernel_overrides_from_environment();
+  const plan::PlanOptions options = bench_plan_options(bc.dtype, bc.head_dim, mode, overrides);
   const plan::AttentionPlan plan = plan::build_attention_plan(layout, options);
 
   const std::int64_t rows = std::int64_t{bc.batch} * bc.query_tokens;
@@ -183,8 +210,7 @@ AttentionBenchTiming bench_attention(const AttentionBenchCase& bc) {
   }
   DeviceBuffer q(q_elems * 2), out(q_elems * 2), lse(rows * bc.heads * 4);
   fill(q.p, q_elems, 13);
-  PagedAttentionRunner runner(bc.dtype, bc.head_dim, bc.heads, bc.kv_heads, PlanCapacity::of(plan),
-                              options.shared_tile_rows);
+  PagedAttentionRunner runner(bc.dtype, bc.head_dim, bc.heads, bc.kv_heads, PlanCapacity::of(plan), overrides);
   runner.upload(plan);
   PagedAttentionArgs args;
   args.q = q.p, args.k_pool = k_pool->p, args.v_pool = v_pool->p, args.out = out.p;

@@ -1,145 +1,43 @@
-// The paged attention kernel: one template serves both launches of a step.
-//   shared:  WM=4, WN=1 -- 64 stacked query rows (many sequences x GQA group) per item,
-//            each warp 16 rows against the whole 64-key block (a GEMM on tensor cores);
-//   suffix:  WM=1, WN=4 -- 16 rows (one sequence's tokens x group), the 4 warps split
-//            each 64-key block (decode is memory-bound; the warps keep 4x the loads busy).
+// The shared-segment kernel on mma.sync tensor cores: the shared launch's kernel for builds
+// without sm_90a and head dims without wgmma kernels (launch_choice.h, SharedKernel::mma).
+// One item = (a range of a stacked segment's pieces, kv head, tile of 128 stacked query rows);
+// 8 warps, each 16 rows against the whole 64-key block (a GEMM on tensor cores).
 // Per item: FlashAttention-2 loop over the item's pieces (<= 64 keys each, read through the
 // page table with cp.async into a double-buffered stage), online softmax in the exp2 domain:
 //   s = q.k * scale * log2(e);  m' = max(m, max_j s_j);  l' = l * 2^(m - m') + sum_j 2^(s_j - m');
 //   o' = o * 2^(m - m') + sum_j 2^(s_j - m') v_j;   lse = (m + log2 l) * ln 2.
-// The item's (o / l, lse) goes to its column of the partial-state buffer. Suffix items
-// count themselves into their merge group; the last one merges all of the group's columns
-// (the shared kernel's and the suffix splits') and writes the final output.
+// The item's (o / l, lse) goes to its column of the partial-state buffer; the suffix launch
+// merges it.
 #pragma once
 
 #include <cstdint>
 
 #include "plan/paged_plan.h"
+#include "backend/cuda/attention_params.cuh"
 #include "backend/cuda/attention_state.cuh"
-#include "backend/cuda/cuda_check.h"
 #include "backend/cuda/mma.cuh"
 
 namespace hydragen::cuda {
 
-struct PagedAttentionParams {
-  const void* q;  // [query_rows, Hq, D]
-  const void* k_pool;  // [pages, page_size, Hkv, D]
-  const void* v_pool;
-  const std::int32_t* pages;
-  const plan::PlanPiece* pieces;
-  const plan::PlanRow* rows;
-  const plan::PlanItem* items;
-  const plan::PlanMergeGroup* groups;
-  const plan::PlanMergeRow* merge_rows;
-  const std::int32_t* item_count;  // on the device: the plan changes without relaunching
-  const std::int32_t* merge_row_count;  // (on the device too)
-  std::int32_t* group_arrivals;    // zero between launches; the last arrival resets it
-  StateBuffer states;
-  void* out;       // [query_rows, Hq, D]
-  float* out_lse;  // [query_rows, Hq]
-  int page_size, page_shift, kv_heads, q_heads;  // page_size = 1 << page_shift
-  float scale_log2;
-  float rescale_lag;  // the shared kernels' lazy rescaling (online_softmax_step; HYDRAGEN_RESCALE_LAG)
-  // The TMA shared kernel runs as the programmatic dependent of the launch before it, which
-  // writes q (PagedAttentionArgs::q_from_previous_launch): it reads q only after
-  // wait_for_previous_launch, and lets its own dependents start only after that.
-  int q_after_wait;
-  // The decode kernel leaves its split merge groups (items > 1) to the merge launch after it
-  // (split_merge_kernel, decode_merge.cuh): their items write their states and return, no
-  // ticket, and every block lets that launch start (allow_dependent_launch).
-  int merge_launch;
-};
-
-// Pool token slot of token `tok` of a piece's page list (its page looked up in p.pages). 32
-// bits: a pool of 2^31 token slots would hold 2^31 * Hkv * D * 2 bytes per K.
-__device__ __forceinline__ int pool_slot(const PagedAttentionParams& p, const plan::PlanPiece& piece, int tok) {
-  return (__ldg(p.pages + piece.page_offset + (tok >> p.page_shift)) << p.page_shift) + (tok & (p.page_size - 1));
-}
-// Pool token slot of the piece's key `key` (counted from its first): from the piece's slot
-// where it lies in one page (no page-list read: the suffix kernels' first keys come one round
-// trip sooner, perf-notes v31), else through p.pages.
-__device__ __forceinline__ int piece_key_slot(const PagedAttentionParams& p, const plan::PlanPiece& piece, int key) {
-  return piece.slot >= 0 ? piece.slot + key : pool_slot(p, piece, piece.token_begin + key);
-}
-
-// The decode kernel's item, loaded beside the plan's item count instead of after it: one
-// memory round trip less before the item's first keys (perf-notes v29). The suffix item array
-// holds whole blocks of every suffix grid (PlanBlockLayout rounds its capacity up to
-// kSuffixItemsAlign), so any index of the grid is inside it; the item is used only when the
-// return is true. The empty volatile asm consumes the loaded fields, so they stay above the
-// caller's check (the compiler would otherwise sink them below it).
-inline constexpr int kSuffixItemsAlign = 32;
-__device__ __forceinline__ bool load_suffix_item(const PagedAttentionParams& p, int index, plan::PlanItem& it) {
-  const int count = *p.item_count;
-  it = p.items[index];
-  asm volatile("" ::"r"(it.kv_head), "r"(it.piece_begin), "r"(it.piece_count), "r"(it.row_begin), "r"(it.row_count),
-               "r"(it.column), "r"(it.group));
-  return index < count;
-}
-
-// Programmatic dependent launch (sm_90; no-ops elsewhere and under a plain launch). The
-// runner launches the suffix kernel as a dependent of the shared launch where the shared items
-// leave half of the SMs idle (pdl_rule; HYDRAGEN_PDL=1/0 forces; docs/perf-notes.md v15, v23):
-// the shared kernels let it start as soon as each of their blocks runs
-// (allow_dependent_launch), so its blocks fill SMs that the shared grid leaves idle; every
-// suffix kernel calls wait_for_shared_launch before it reads a partial state or writes
-// anything, which returns once the shared grid has finished and its writes are visible (the
-// decode kernel streams its keys first).
-__device__ __forceinline__ void allow_dependent_launch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wait_for_shared_launch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-// The same wait, where the kernel is the dependent of the launch before the attention (the
-// TMA shared kernel after RoPE, v28): that launch's writes are complete and visible after it.
-__device__ __forceinline__ void wait_for_previous_launch() { wait_for_shared_launch(); }
-
-// kernel(args...) on `stream`; dependent: as the programmatic dependent of the launch before
-// it on the stream (the suffix launch after the shared one, the shared one after RoPE).
-template <class Kernel, class... Args>
-void launch_kernel(Kernel kernel, int grid, int threads, int smem_bytes, cudaStream_t stream, bool dependent,
-                   const Args&... args) {
-  if (!dependent) {
-    kernel<<<grid, threads, smem_bytes, stream>>>(args...);
-    return;
-  }
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(grid));
-  config.blockDim = dim3(static_cast<unsigned>(threads));
-  config.dynamicSmemBytes = static_cast<std::size_t>(smem_bytes);
-  config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  HG_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args...));
-}
-
-template <class T, int D, int WM, int WN>
-struct PagedTile {
-  static constexpr int kRows = 16 * WM;
+template <class T, int D>
+struct MmaSharedTile {
+  static constexpr int kWarps = 8;
+  static constexpr int kRows = 16 * kWarps;
   static constexpr int kKeys = plan::kBlockTokens;
-  static constexpr int kKeysPerWarp = kKeys / WN;
-  static constexpr int kThreads = 32 * WM * WN;
+  static constexpr int kThreads = 32 * kWarps;
   static constexpr int kStride = D + 8;  // halves; 16-byte pad: conflict-free ldmatrix
   static constexpr int kChunks = D / 8;  // 16-byte chunks per row
   static constexpr int kQBytes = kRows * kStride * 2;
   static constexpr int kStageBytes = 2 * 2 * kKeys * kStride * 2;  // K and V, 2 stages
-  static constexpr int kScratchBytes = (kRows * D + 2 * WN * kRows + 2 * kRows) * 4;
+  static constexpr int kScratchBytes = (kRows * D + 4 * kRows) * 4;  // o, (m, l), (1/l, lse)
   static constexpr int kSmemBytes = kQBytes + (kStageBytes > kScratchBytes ? kStageBytes : kScratchBytes);
-  static_assert(D % 16 == 0 && kKeysPerWarp % 16 == 0);
+  static_assert(D % 16 == 0 && kKeys % 16 == 0);
 };
 
-template <class T, int D, int WM, int WN>
+template <class T, int D>
 __device__ __forceinline__ void load_piece(const PagedAttentionParams& p, const plan::PlanPiece& piece, int kv_head,
                                            T* sk, T* sv) {
-  using Tile = PagedTile<T, D, WM, WN>;
+  using Tile = MmaSharedTile<T, D>;
   const T* kp = static_cast<const T*>(p.k_pool);
   const T* vp = static_cast<const T*>(p.v_pool);
   for (int id = threadIdx.x; id < Tile::kKeys * Tile::kChunks; id += Tile::kThreads) {
@@ -156,25 +54,23 @@ __device__ __forceinline__ void load_piece(const PagedAttentionParams& p, const 
   }
 }
 
-template <class T, int D, int WM, int WN>
-__global__ void __launch_bounds__(32 * WM * WN) paged_attention_kernel(const PagedAttentionParams p) {
-  using Tile = PagedTile<T, D, WM, WN>;
+template <class T, int D>
+__global__ void __launch_bounds__(MmaSharedTile<T, D>::kThreads) shared_mma_kernel(const PagedAttentionParams p) {
+  using Tile = MmaSharedTile<T, D>;
   constexpr int S = Tile::kStride;
   extern __shared__ __align__(16) unsigned char smem[];
   T* sq = reinterpret_cast<T*>(smem);
   T* sk = reinterpret_cast<T*>(smem + Tile::kQBytes);  // [2][kKeys][S]
   T* sv = sk + 2 * Tile::kKeys * S;
   float* so = reinterpret_cast<float*>(smem + Tile::kQBytes);  // epilogue, aliases the stages
-  float* sml = so + Tile::kRows * D;                            // [WN][2][kRows]
-  float* srow = sml + 2 * WN * Tile::kRows;                     // [2][kRows]: 1/l, lse
+  float* sml = so + Tile::kRows * D;                            // [2][kRows]: m, l
+  float* srow = sml + 2 * Tile::kRows;                          // [2][kRows]: 1/l, lse
   __shared__ int s_last;
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int wm = warp / WN, wn = warp % WN;
   const int group_size = p.q_heads / p.kv_heads;
-  // Shared or suffix launch: both calls (each a no-op where it does not apply).
-  allow_dependent_launch();
-  wait_for_shared_launch();
+  allow_dependent_launch();  // (the suffix launch may be this launch's dependent)
+  wait_for_shared_launch();  // (a no-op: this launch is no dependent)
   const int item_count = *p.item_count;
 
   for (int item_index = blockIdx.x; item_index < item_count; item_index += gridDim.x) {
@@ -190,10 +86,10 @@ __global__ void __launch_bounds__(32 * WM * WN) paged_attention_kernel(const Pag
       }
       *reinterpret_cast<uint4*>(sq + r * S + c * 8) = val;
     }
-    if (it.piece_count > 0) load_piece<T, D, WM, WN>(p, p.pieces[it.piece_begin], it.kv_head, sk, sv);
+    if (it.piece_count > 0) load_piece<T, D>(p, p.pieces[it.piece_begin], it.kv_head, sk, sv);
     ptx::cp_async_commit();
 
-    const int r0 = wm * 16 + lane / 4;  // this thread's rows: r0 and r0 + 8
+    const int r0 = warp * 16 + lane / 4;  // this thread's rows: r0 and r0 + 8
     int limit[2];
     for (int h = 0; h < 2; ++h)
       limit[h] = r0 + 8 * h < it.row_count ? p.rows[it.row_begin + r0 + 8 * h].key_limit : INT32_MAX;
@@ -205,23 +101,23 @@ __global__ void __launch_bounds__(32 * WM * WN) paged_attention_kernel(const Pag
     std::uint32_t qf[D / 16][4];
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
-      ptx::ldmatrix_x4(qf[kk], sq + (wm * 16 + (lane / 8 % 2) * 8 + lane % 8) * S + kk * 16 + (lane / 16) * 8);
+      ptx::ldmatrix_x4(qf[kk], sq + (warp * 16 + (lane / 8 % 2) * 8 + lane % 8) * S + kk * 16 + (lane / 16) * 8);
 
     for (int pi = 0; pi < it.piece_count; ++pi) {
       const plan::PlanPiece piece = p.pieces[it.piece_begin + pi];
       if (pi + 1 < it.piece_count) {
         const int nx = (pi + 1) & 1;
-        load_piece<T, D, WM, WN>(p, p.pieces[it.piece_begin + pi + 1], it.kv_head, sk + nx * Tile::kKeys * S,
-                                 sv + nx * Tile::kKeys * S);
+        load_piece<T, D>(p, p.pieces[it.piece_begin + pi + 1], it.kv_head, sk + nx * Tile::kKeys * S,
+                         sv + nx * Tile::kKeys * S);
         ptx::cp_async_commit();
         ptx::cp_async_wait<1>();
       } else {
         ptx::cp_async_wait<0>();
       }
       __syncthreads();
-      const T* k = sk + (pi & 1) * Tile::kKeys * S + wn * Tile::kKeysPerWarp * S;
-      const T* v = sv + (pi & 1) * Tile::kKeys * S + wn * Tile::kKeysPerWarp * S;
-      constexpr int NT = Tile::kKeysPerWarp / 8;
+      const T* k = sk + (pi & 1) * Tile::kKeys * S;
+      const T* v = sv + (pi & 1) * Tile::kKeys * S;
+      constexpr int NT = Tile::kKeys / 8;
       float s[NT][4];
 #pragma unroll
       for (int i = 0; i < NT; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
@@ -240,7 +136,7 @@ __global__ void __launch_bounds__(32 * WM * WN) paged_attention_kernel(const Pag
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int key = wn * Tile::kKeysPerWarp + nt * 8 + (lane % 4) * 2 + (e & 1);
+          const int key = nt * 8 + (lane % 4) * 2 + (e & 1);
           const bool ok = key < piece.tokens && piece.position + key < limit[e / 2];
           s[nt][e] = ok ? s[nt][e] * p.scale_log2 : -INFINITY;
           mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
@@ -288,7 +184,7 @@ __global__ void __launch_bounds__(32 * WM * WN) paged_attention_kernel(const Pag
     ptx::cp_async_wait<0>();
     __syncthreads();
 
-    // Combine the WN warps of each row tile in shared memory, then write (o / l, lse).
+    // (o / l, lse) of each row through shared memory, then to the item's state column.
     for (int h = 0; h < 2; ++h) {
       l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
       l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
@@ -296,21 +192,19 @@ __global__ void __launch_bounds__(32 * WM * WN) paged_attention_kernel(const Pag
     for (int id = threadIdx.x; id < Tile::kRows * D; id += Tile::kThreads) so[id] = 0.f;
     if (lane % 4 == 0)
       for (int h = 0; h < 2; ++h) {
-        sml[(wn * 2 + 0) * Tile::kRows + r0 + 8 * h] = m[h];
-        sml[(wn * 2 + 1) * Tile::kRows + r0 + 8 * h] = l[h];
+        sml[r0 + 8 * h] = m[h];
+        sml[Tile::kRows + r0 + 8 * h] = l[h];
       }
     __syncthreads();
     float scale[2];
     for (int h = 0; h < 2; ++h) {
       const int r = r0 + 8 * h;
       float mt = -INFINITY, lt = 0.f;
-      for (int w = 0; w < WN; ++w) mt = fmaxf(mt, sml[(w * 2) * Tile::kRows + r]);
-      for (int w = 0; w < WN; ++w) {
-        const float mw = sml[(w * 2) * Tile::kRows + r];
-        lt += mw == -INFINITY ? 0.f : sml[(w * 2 + 1) * Tile::kRows + r] * exp2f(mw - mt);
-      }
+      mt = fmaxf(mt, sml[r]);
+      const float mw = sml[r];
+      lt += mw == -INFINITY ? 0.f : sml[Tile::kRows + r] * exp2f(mw - mt);
       scale[h] = m[h] == -INFINITY ? 0.f : exp2f(m[h] - mt);
-      if (wn == 0 && lane % 4 == 0) {
+      if (lane % 4 == 0) {
         srow[r] = lt > 0.f ? 1.f / lt : 0.f;
         srow[Tile::kRows + r] = lt > 0.f ? (mt + __log2f(lt)) * 0.69314718056f : -INFINITY;
       }
@@ -320,13 +214,8 @@ __global__ void __launch_bounds__(32 * WM * WN) paged_attention_kernel(const Pag
       const int col = i * 8 + (lane % 4) * 2;
       float* o0 = so + r0 * D + col;
       float* o1 = so + (r0 + 8) * D + col;
-      if constexpr (WN == 1) {
-        o0[0] = acc[i][0] * scale[0], o0[1] = acc[i][1] * scale[0];
-        o1[0] = acc[i][2] * scale[1], o1[1] = acc[i][3] * scale[1];
-      } else {
-        atomicAdd(o0, acc[i][0] * scale[0]), atomicAdd(o0 + 1, acc[i][1] * scale[0]);
-        atomicAdd(o1, acc[i][2] * scale[1]), atomicAdd(o1 + 1, acc[i][3] * scale[1]);
-      }
+      o0[0] = acc[i][0] * scale[0], o0[1] = acc[i][1] * scale[0];
+      o1[0] = acc[i][2] * scale[1], o1[1] = acc[i][3] * scale[1];
     }
     __syncthreads();
     for (int id = threadIdx.x; id < it.row_count * (D / 4); id += Tile::kThreads) {
@@ -339,8 +228,9 @@ __global__ void __launch_bounds__(32 * WM * WN) paged_attention_kernel(const Pag
       *reinterpret_cast<float4*>(p.states.o + e * D + c) = make_float4(x.x * inv, x.y * inv, x.z * inv, x.w * inv);
       if (c == 0) p.states.lse[e] = srow[Tile::kRows + r];
     }
-
-    // Suffix items: the last of a merge group merges every column of its rows.
+    // An item of a merge group (group >= 0; never a shared item): its last arrival merges
+    // every column of its rows. Kept though the shared launch never takes it: without it ptxas
+    // allocates this kernel's registers differently (see perf-notes: The CUDA wing as code).
     if (it.group >= 0) {
       // One thread releases the block's writes (ordered before it by the barrier) and takes
       // a ticket, as cooperative groups' grid sync does.

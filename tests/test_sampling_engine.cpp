@@ -1,0 +1,122 @@
+// Penalties and top-N through the engine on the tiny fixture model (CPU): greedy decoding
+// with penalties equals a reference loop (the whole sequence's logits every step, the
+// penalties counted from its tokens by sampling_test_util.h, the argmax); a frequency penalty
+// breaks the greedy repetition loop; sampled runs with every penalty give the same tokens with
+// overlapped steps on and off and in every attention mode; the runner returns the top-N.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "engine_test_util.h"
+#include "model/llama.h"
+#include "sampling_test_util.h"
+
+namespace hydragen {
+namespace {
+
+using engine::AttentionChoice;
+using engine::GenerationRequest;
+
+std::unique_ptr<engine::ModelRunner> cpu_runner(const test::FixtureModel& m) {
+  engine::RunnerOptions options;
+  options.kv_pages = 256;
+  options.page_size = 16;
+  return engine::make_cpu_runner(m.config, m.weights, options);
+}
+
+GenerationRequest request(std::vector<std::int32_t> prompt, std::int64_t new_tokens, sample::SamplingParams p) {
+  GenerationRequest r = test::greedy_request(std::move(prompt), new_tokens);
+  r.sampling = p;
+  return r;
+}
+
+sample::SamplingParams penalties(float presence, float frequency, float repetition) {
+  sample::SamplingParams p;
+  p.presence_penalty = presence;
+  p.frequency_penalty = frequency;
+  p.repetition_penalty = repetition;
+  return p;
+}
+
+// Greedy tokens after `prompt` by the reference: the model's logits over the whole sequence
+// each step, penalized from the sequence's tokens, argmax.
+std::vector<std::int32_t> reference_greedy(const Llama& model, const std::vector<std::int32_t>& prompt,
+                                           std::int64_t new_tokens, const sample::SamplingParams& p) {
+  sample::test::SequenceTokens seq{prompt, {}};
+  const auto vocab = static_cast<std::size_t>(model.config().vocab_size);
+  for (std::int64_t i = 0; i < new_tokens; ++i) {
+    std::vector<std::int32_t> tokens = seq.prompt;
+    tokens.insert(tokens.end(), seq.generated.begin(), seq.generated.end());
+    const Tensor logits = model.logits(tokens);
+    const std::span<const float> last(logits.data<float>() + (tokens.size() - 1) * vocab, vocab);
+    const std::vector<float> l = seq.penalized(last, p);
+    seq.generated.push_back(static_cast<std::int32_t>(std::max_element(l.begin(), l.end()) - l.begin()));
+  }
+  return seq.generated;
+}
+
+TEST(EnginePenalties, GreedyWithPenaltiesEqualsAReferenceLoop) {
+  const test::FixtureModel m = test::load_fixture_model("tiny-llama");
+  const Llama model(m.config, m.weights);
+  const auto prompt = m.reference["prompts"][2].get<std::vector<std::int32_t>>();
+  for (const sample::SamplingParams& p : {penalties(0.f, 0.7f, 1.f), penalties(0.6f, 0.f, 1.f),
+                                          penalties(0.f, 0.f, 1.4f), penalties(0.3f, 0.4f, 1.2f),
+                                          penalties(-0.5f, -0.3f, 0.8f)}) {
+    const std::string label = "presence " + std::to_string(p.presence_penalty) + " frequency " +
+                              std::to_string(p.frequency_penalty) + " repetition " +
+                              std::to_string(p.repetition_penalty);
+    const std::vector<std::int32_t> expected = reference_greedy(model, prompt, 20, p);
+    EXPECT_NE(expected, reference_greedy(model, prompt, 20, sample::SamplingParams{})) << label << ": no effect";
+    auto runner = cpu_runner(m);
+    EXPECT_EQ(test::run_engine(*runner, {request(prompt, 20, p)}).at(0).tokens, expected) << label;
+  }
+}
+
+TEST(EnginePenalties, AFrequencyPenaltyBreaksTheGreedyLoop) {
+  const test::FixtureModel m = test::load_fixture_model("tiny-llama");
+  const auto prompt = m.reference["prompts"][1].get<std::vector<std::int32_t>>();
+  auto runner = cpu_runner(m);
+  const auto plain = test::run_engine(*runner, {request(prompt, 96, {})}).at(0).tokens;
+  const auto penalized = test::run_engine(*runner, {request(prompt, 96, penalties(0.f, 2.f, 1.f))}).at(0).tokens;
+  EXPECT_GE(sample::test::most_repeated(plain), 12) << "the unpenalized run does not loop: the test shows nothing";
+  EXPECT_LE(sample::test::most_repeated(penalized), 3);
+}
+
+TEST(EnginePenalties, SampledWithPenaltiesIsTheSameOverlappedOrNotInEveryMode) {
+  const test::FixtureModel m = test::load_fixture_model("tiny-llama-d64");
+  std::mt19937 rng(5);
+  const std::vector<std::int32_t> shared = test::random_tokens(rng, 40, 512);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 6; ++i) {
+    sample::SamplingParams p = penalties(0.2f * static_cast<float>(i % 3), 0.5f, i % 2 == 0 ? 1.3f : 1.f);
+    p.temperature = 0.9f;
+    p.top_k = 40;
+    p.seed = 10 + static_cast<std::uint64_t>(i);
+    GenerationRequest r = request(test::extended(shared, rng, 3 + i), 16, p);
+    r.n = 2;
+    requests.push_back(r);
+  }
+  std::vector<std::vector<std::int32_t>> first;
+  for (AttentionChoice mode : {AttentionChoice::hydragen, AttentionChoice::paged, AttentionChoice::dense}) {
+    for (const bool overlap : {true, false}) {
+      engine::EngineOptions options = test::with(mode);
+      options.overlap_steps = overlap;
+      auto runner = cpu_runner(m);
+      std::vector<std::vector<std::int32_t>> tokens;
+      for (const engine::Completion& c : test::run_engine(*runner, requests, options)) tokens.push_back(c.tokens);
+      if (first.empty()) first = tokens;
+      EXPECT_EQ(tokens, first) << engine::choice_name(mode) << (overlap ? " overlapped" : " step by step");
+    }
+  }
+}
+
+// The CPU runner's decode steps return each row's top-N (the sampler's, tested in
+// test_sampling_penalties.cpp).
+TEST(EnginePenalties, TheRunnerReturnsTheTopN) {
+  const test::FixtureModel m = test::load_fixture_model("tiny-llama");
+  auto runner = cpu_runner(m);
+  sample::test::expect_runner_top_n(*runner, "cpu");
+}
+
+}  // namespace
+}  // namespace hydragen
