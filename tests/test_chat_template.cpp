@@ -1,7 +1,7 @@
 // The chat-template interpreter's own contract: what it refuses at parse time (naming the
 // construct and line:column), runtime errors with positions, the limits against hostile
 // templates and inputs, the refusals where jinja2 would go on, key order, threads. How it
-// renders is checked against jinja2 by the ctest chat.templates_match_jinja2.
+// renders is checked against jinja2's renders in test_chat_jinja2.cpp.
 #include <gtest/gtest.h>
 
 #include <string>
