@@ -63,10 +63,20 @@ bool all_chars(const std::string& s, bool (*pred)(char32_t)) {
   return !cps.empty() && std::all_of(cps.begin(), cps.end(), pred);
 }
 
+bool is_decimal(const std::string& s) { return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos; }
+
+// A field index or key of decimal digits, as Python reads it (which refuses what overflows).
+std::int64_t decimal_value(const std::string& digits) {
+  if (digits.size() > 18) throw EvalError("format: too many decimal digits in format string");
+  return std::stoll(digits);
+}
+
 // str.format with {}, {0}, {name}, .attr / [key] lookups and !r / !s; no format specs.
 std::string str_format(const std::string& fmt, const Args& args, bool markup) {
+  enum class Numbering { None, Automatic, Manual };
   std::string out;
   std::size_t auto_index = 0;
+  Numbering used = Numbering::None;
   auto esc = [markup](std::string s) { return markup ? html_escape(s) : s; };
   for (std::size_t i = 0; i < fmt.size(); ++i) {
     const char c = fmt[i];
@@ -102,9 +112,14 @@ std::string str_format(const std::string& fmt, const Args& args, bool markup) {
     const std::size_t head_end = std::min(field.find('.'), field.find('['));
     const std::string head = field.substr(0, head_end);
     Value v;
-    if (head.empty() || head.find_first_not_of("0123456789") == std::string::npos) {
-      const std::size_t index = head.empty() ? auto_index++ : std::stoul(head);
-      if (index >= args.positional.size()) throw EvalError("format: replacement index " + std::to_string(index) + " out of range");
+    if (head.empty() || is_decimal(head)) {
+      const Numbering numbering = head.empty() ? Numbering::Automatic : Numbering::Manual;
+      if (used != Numbering::None && used != numbering) {
+        throw EvalError("format: cannot switch between automatic field numbering and manual field specification");
+      }
+      used = numbering;
+      const std::size_t index = head.empty() ? auto_index++ : static_cast<std::size_t>(decimal_value(head));
+      if (index >= args.positional.size()) throw EvalError("format: replacement index " + head + " out of range");
       v = args.positional[index];
     } else {
       auto it = std::find_if(args.keyword.begin(), args.keyword.end(), [&](const auto& kv) { return kv.first == head; });
@@ -114,14 +129,16 @@ std::string str_format(const std::string& fmt, const Args& args, bool markup) {
     for (std::size_t p = head_end; p < field.size();) {
       if (field[p] == '.') {
         const std::size_t next = std::min(field.find('.', p + 1), field.find('[', p + 1));
-        v = get_attr(v, field.substr(p + 1, next - p - 1));
+        const std::string attr = field.substr(p + 1, next - p - 1);
+        if (attr.empty()) throw EvalError("format: empty attribute in format string");
+        v = get_attr(v, attr);
         p = next;
       } else {
         const std::size_t end = field.find(']', p);
         if (end == std::string::npos) throw EvalError("format: missing ']' in format string");
         const std::string key = field.substr(p + 1, end - p - 1);
-        const bool digits = !key.empty() && key.find_first_not_of("0123456789") == std::string::npos && key.size() < 19;
-        v = get_item(v, digits ? Value(static_cast<std::int64_t>(std::stoll(key))) : Value(key));
+        if (key.empty()) throw EvalError("format: empty attribute in format string");
+        v = get_item(v, is_decimal(key) ? Value(decimal_value(key)) : Value(key));
         p = end + 1;
       }
     }
