@@ -53,7 +53,10 @@ ExprPtr Parser::parse_or() {
   const std::uint32_t off = cur().offset;
   ExprPtr left = parse_and();
   Nesting chain(*this, false);
-  while (skip_name("or") && (chain.add(), true)) left = std::make_unique<BinaryExpr>(ExprKind::Or, off, BinOp::Add, std::move(left), parse_and());
+  while (skip_name("or")) {
+    chain.add();
+    left = std::make_unique<BinaryExpr>(ExprKind::Or, off, BinOp::Add, std::move(left), parse_and());
+  }
   return left;
 }
 
@@ -61,7 +64,10 @@ ExprPtr Parser::parse_and() {
   const std::uint32_t off = cur().offset;
   ExprPtr left = parse_not();
   Nesting chain(*this, false);
-  while (skip_name("and") && (chain.add(), true)) left = std::make_unique<BinaryExpr>(ExprKind::And, off, BinOp::Add, std::move(left), parse_not());
+  while (skip_name("and")) {
+    chain.add();
+    left = std::make_unique<BinaryExpr>(ExprKind::And, off, BinOp::Add, std::move(left), parse_not());
+  }
   return left;
 }
 
