@@ -281,10 +281,17 @@ inline void expect_runner_top_n(engine::ModelRunner& runner, const std::string& 
     sampling.params.emplace_back();
     sampling.steps.push_back(0);
   }
-  EXPECT_TRUE(runner.step(rows, nullptr, &sampling, {}, false).top.empty()) << label << ": no row asked";
+  auto run = [&runner](const StepRows& step_rows, const engine::StepSampling& step_sampling) {
+    engine::StepWork step;
+    step.rows = step_rows;
+    step.sampling = step_sampling;
+    runner.launch(step);
+    return runner.collect();
+  };
+  EXPECT_TRUE(run(rows, sampling).top.empty()) << label << ": no row asked";
   sampling.params[0].logprobs = 5;
   sampling.params[2].logprobs = kMaxTopLogprobs;
-  const engine::SampledTokens out = runner.step(rows, nullptr, &sampling, {}, false);
+  const engine::SampledTokens out = run(rows, sampling);
   ASSERT_EQ(out.top.size(), 3u * kMaxTopLogprobs) << label;
   for (const std::size_t r : {0u, 2u}) {
     const TokenLogprob* top = out.top.data() + r * kMaxTopLogprobs;

@@ -1,13 +1,15 @@
 // The engine on a CUDA device (skipped without one): greedy equal to transformers in every
 // mode with and without CUDA graphs, batched with other prompts; a shared-prompt batch equal
 // across modes; sampling reproducible; the `none` mode running; overlapped decode steps (each
-// launched before the last is collected, its tokens fed on the device) equal to step by step.
+// launched before the last is collected, its tokens fed on the device) equal to step by step;
+// mixed steps, preemption and cancellation keeping every stream's tokens.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <map>
 #include <set>
 
 #include "cuda_test_util.h"
@@ -77,7 +79,7 @@ TEST(CudaEngine, GreedyEqualsTransformersInEveryModeWithAndWithoutGraphs) {
         for (AttentionMode mode : {AttentionMode::hydragen, AttentionMode::paged, AttentionMode::dense}) {
           auto runner = cuda_runner(m, graphs, page_size);
           engine::EngineOptions options = with(mode);
-          options.prefill_chunk_tokens = chunk;
+          options.max_step_tokens = chunk;
           const auto out = test::run_engine(*runner, requests, options);
           EXPECT_EQ(runner->decodes_with_graphs(), graphs) << "a capture failed";
           for (std::size_t i = 0; i < out.size(); ++i)
@@ -206,6 +208,60 @@ TEST(CudaEngine, OverlappedStepsEqualStepByStep) {
         EXPECT_EQ(overlapped.dropped_rows > 0, stops) << what;  // (every third token stops: within a step or two)
       }
   }
+}
+
+// The service side on the device: 8 streams decode while a 600-token prompt arrives in chunks
+// of what a 64-row step leaves (mixed steps: eager, logits of the decode rows only), in a pool
+// small enough that the newest sequences are preempted and recomputed, with a request
+// cancelled mid-run (a step in flight holds its row). The pages come back, and the tokens are
+// those of each request alone (bf16: a near-tie may flip in another step shape, so all but
+// one whole sequence, and every first token).
+TEST(CudaEngine, MixedStepsPreemptionAndCancellationKeepEveryStreamsTokens) {
+  SKIP_WITHOUT_GPU();
+  const test::FixtureModel m = test::load_fixture_model("tiny-llama-d64");
+  std::mt19937 rng(29);
+  std::vector<engine::GenerationRequest> requests;
+  for (int i = 0; i < 8; ++i) {
+    requests.push_back(test::greedy_request(test::random_tokens(rng, 40 + i, 512), 120));
+    if (i % 2 == 1) requests.back().sampling = {0.8f, 40, 0.9f, 0.f, static_cast<std::uint64_t>(70 + i)};
+  }
+  const engine::GenerationRequest long_prompt = test::greedy_request(test::random_tokens(rng, 600, 512), 16);
+  std::vector<engine::Completion> alone;
+  for (const auto& r : requests) alone.push_back(test::run_engine(*cuda_runner(m, true), {r}).at(0));
+  const engine::Completion long_alone = test::run_engine(*cuda_runner(m, true), {long_prompt}).at(0);
+
+  engine::RunnerOptions options;
+  options.kv_pages = 30;  // 64-token pages: the eight streams at 160 tokens and the prompt do not all fit
+  options.page_size = 64;
+  options.max_batch = 128;
+  auto runner = engine::make_cuda_runner(m.config, m.weights, options);
+  std::map<engine::RequestId, std::vector<std::int32_t>> tokens;
+  int step = 0;
+  engine::EngineOptions eo;
+  eo.max_step_tokens = 64;
+  eo.on_token = [&](const engine::TokenEvent& e) { tokens[e.request].push_back(e.token); };
+  engine::Engine engine(*runner, eo);
+  std::vector<engine::RequestId> ids;
+  for (const auto& r : requests) ids.push_back(engine.submit(r));
+  for (; step < 6; ++step) engine.step();
+  const engine::RequestId long_id = engine.submit(long_prompt);
+  const engine::RequestId cancelled = engine.submit(test::greedy_request(test::random_tokens(rng, 30, 512), 200));
+  for (; step < 5000 && engine.step(); ++step) {
+    if (step == 30) engine.cancel(cancelled);
+  }
+  EXPECT_GT(engine.stats().mixed_steps, 0);
+  EXPECT_GT(engine.metrics().preemptions, 0);
+  EXPECT_EQ(engine.metrics().finished_cancelled, 1);
+  EXPECT_EQ(engine.metrics().kv_pages_used, engine.metrics().kv_pages_cached);
+  int whole = 0;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    ASSERT_FALSE(tokens[ids[i]].empty()) << i;
+    EXPECT_EQ(tokens[ids[i]][0], alone[i].tokens[0]) << i;
+    whole += tokens[ids[i]] == alone[i].tokens;
+  }
+  whole += tokens[long_id] == long_alone.tokens;
+  EXPECT_GE(whole, 8) << "of 9 requests, whole sequences equal to their runs alone";
+  EXPECT_LT(tokens[cancelled].size(), 200u);
 }
 
 }  // namespace

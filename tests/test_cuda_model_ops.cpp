@@ -195,6 +195,31 @@ TEST(CudaModelOps, CopySlotsMatchesCpu) {
 #endif
 }
 
+// A gather is exact: cuda::gather_rows equals the CPU twin bit for bit, for one-i32 rows (the
+// engine's fed tokens: repeated and permuted indices) and for bf16 rows of 6 bytes (the byte path).
+TEST(CudaModelOps, GatherRowsMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+#ifdef HYDRAGEN_WITH_CUDA
+  for (const std::vector<std::int64_t>& row_shape : {std::vector<std::int64_t>{}, std::vector<std::int64_t>{3}}) {
+    const std::int64_t rows = 300, picked = 257;
+    std::vector<std::int64_t> src_shape{rows}, dst_shape{picked};
+    src_shape.insert(src_shape.end(), row_shape.begin(), row_shape.end());
+    dst_shape.insert(dst_shape.end(), row_shape.begin(), row_shape.end());
+    const DType dtype = row_shape.empty() ? DType::i32 : DType::bf16;
+    Tensor src = Tensor::empty(src_shape, dtype);
+    for (std::int64_t i = 0; i < src.numel(); ++i) src.set(i, static_cast<double>((i * 37) % 251));
+    std::vector<std::int32_t> index(static_cast<std::size_t>(picked));
+    for (std::int64_t i = 0; i < picked; ++i) index[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((i * 11 + 5) % rows);
+    const Tensor index_cpu = Tensor::wrap(index.data(), {picked}, DType::i32);
+    Tensor expected = Tensor::empty(dst_shape, dtype), device_out = Tensor::zeros(dst_shape, dtype, Device::cuda);
+    gather_rows(src, index_cpu, expected);
+    cuda::gather_rows(src.to(Device::cuda), index_cpu.to(Device::cuda), device_out);
+    const Tensor host = device_out.to(Device::cpu);
+    for (std::int64_t i = 0; i < expected.numel(); ++i) ASSERT_EQ(host.get(i), expected.get(i)) << "element " << i;
+  }
+#endif
+}
+
 TEST(CudaModelOps, RandomWeightsOnDeviceEqualCpu) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA

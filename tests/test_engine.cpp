@@ -1,7 +1,8 @@
 // The engine on the CPU: greedy equal to transformers in every mode, batched generation equal
 // to independent runs, automatic sharing of forests and multi-level trees (counted exactly),
-// waiting when memory is short, malformed requests failing alone, stops, seeds, chunked
-// prefill and pinned segment boundaries.
+// waiting when memory is short, malformed requests failing alone, stops, seeds, overlapped
+// steps, chunked prefill and pinned segment boundaries. The service side (continuous batching,
+// preemption, cancellation, metrics): test_engine_service.cpp.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -17,14 +18,7 @@ using engine::Completion;
 using engine::EngineStats;
 using engine::GenerationRequest;
 
-std::unique_ptr<engine::ModelRunner> cpu_runner(const test::FixtureModel& m, std::int64_t pages = 256,
-                                                int page_size = 16) {
-  engine::RunnerOptions options;
-  options.kv_pages = pages;
-  options.page_size = page_size;
-  return engine::make_cpu_runner(m.config, m.weights, options);
-}
-
+using test::cpu_runner;
 using test::with;
 
 std::vector<std::int32_t> reference_prompt(const test::FixtureModel& m, int index) {
@@ -135,12 +129,7 @@ TEST(Engine, FindsForestsAndMultiLevelTreesAndStoresEachTokenOnce) {
 TEST(Engine, SequencesWaitWhenMemoryIsShortAndNothingIsLost) {
   const test::FixtureModel m = test::load_fixture_model("tiny-llama");
   std::mt19937 rng(3);
-  const auto shared = test::random_tokens(rng, 40, 512);
-  std::vector<GenerationRequest> requests;
-  for (int i = 0; i < 10; ++i) {
-    auto prompt = test::extended(shared, rng, 3 + i);
-    requests.push_back(test::greedy_request(prompt, 20));
-  }
+  const std::vector<GenerationRequest> requests = test::under_one_prompt(rng, 40, 10, [](int i) { return 3 + i; }, 20);
   auto big = cpu_runner(m, 512);
   const auto expected = test::run_engine(*big, requests);
   for (AttentionMode mode : {AttentionMode::hydragen, AttentionMode::dense}) {
@@ -258,192 +247,55 @@ std::vector<GenerationRequest> stopping_sampled_requests(std::uint32_t seed) {
   return requests;
 }
 
-// EngineOptions::plan_ahead: the next step's plan is built during the current step and used
-// only when the next step's layout is the same. Sequences that finish at different steps (by
-// length and at stop tokens, which no plan can foresee), more requests than max_running
-// (admitted while others run) and sampled tokens: the same tokens (and logprobs to rounding)
-// with and without it, and both outcomes occur (plans used; plans discarded after a stop).
-TEST(Engine, PlansBuiltAheadGiveTheSameTokens) {
-  const test::FixtureModel m = test::load_fixture_model("tiny-llama");
-  const std::vector<GenerationRequest> requests = stopping_sampled_requests(5);
-  auto run = [&](bool ahead, EngineStats& stats) {
-    auto runner = cpu_runner(m, 1024);
-    engine::EngineOptions options;
-    options.plan_ahead = ahead;
-    options.overlap_steps = false;  // (plans are built ahead by the step-by-step engine)
-    options.max_running = 7;  // the rest wait and join as others finish
-    engine::Engine engine(*runner, options);
-    std::vector<Completion> out = engine.generate(requests);
-    stats = engine.stats();
-    return out;
-  };
-  EngineStats with_ahead, without;
-  const std::vector<Completion> a = run(true, with_ahead), b = run(false, without);
-  ASSERT_EQ(a.size(), b.size());
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].tokens, b[i].tokens) << "completion " << i;
-    EXPECT_EQ(a[i].finish_reason, b[i].finish_reason) << "completion " << i;
-    // The same plans, so the same bits: the CPU forward sums in a fixed order (a run first in
-    // its process once differed by ~1e-6: its first projections ran on OpenBLAS threads; ctest
-    // runs this test first in its process).
-    EXPECT_EQ(a[i].logprobs, b[i].logprobs) << "completion " << i;
-  }
-  EXPECT_EQ(without.plans_built_ahead + without.plans_ahead_discarded, 0);
-  EXPECT_GT(with_ahead.plans_built_ahead, 0);
-  EXPECT_GT(with_ahead.plans_ahead_discarded, 0);  // a stop token ended a sequence the plan held
-  EXPECT_EQ(with_ahead.decode_steps, without.decode_steps);
-}
-
-// A runner that forwards everything to the runner it wraps; the checkers below override what
-// they watch.
-class ForwardingRunner : public engine::ModelRunner {
- public:
-  explicit ForwardingRunner(std::unique_ptr<engine::ModelRunner> inner) : inner_(std::move(inner)) {}
-  const ModelConfig& config() const override { return inner_->config(); }
-  int page_size() const override { return inner_->page_size(); }
-  std::int64_t kv_pages() const override { return inner_->kv_pages(); }
-  std::int64_t kv_bytes_per_token() const override { return inner_->kv_bytes_per_token(); }
-  std::string device_name() const override { return inner_->device_name(); }
-  std::int64_t max_step_rows() const override { return inner_->max_step_rows(); }
-  plan::PlanOptions plan_options(AttentionMode mode) const override { return inner_->plan_options(mode); }
-  void copy_slots(std::span<const std::int32_t> src, std::span<const std::int32_t> dst) override {
-    inner_->copy_slots(src, dst);
-  }
-  void prepare_plan(const plan::AttentionPlan& plan) override { inner_->prepare_plan(plan); }
-  engine::SampledTokens step(const StepRows& rows, const plan::AttentionPlan* plan,
-                             const engine::StepSampling* sampling, const std::function<void()>& while_running,
-                             bool plan_prepared) override {
-    return inner_->step(rows, plan, sampling, while_running, plan_prepared);
-  }
-  void launch_decode(const StepRows& rows, const plan::AttentionPlan* plan, const engine::StepSampling& sampling,
-                     bool tokens_from_last) override {
-    inner_->launch_decode(rows, plan, sampling, tokens_from_last);
-  }
-  engine::SampledTokens collect_decode() override { return inner_->collect_decode(); }
-
- protected:
-  std::unique_ptr<engine::ModelRunner> inner_;
-};
-
-// The prepare_plan contract (the CUDA runner packs the next plan while a step runs): a runner
-// that wraps the CPU one records every prepared plan; a step that says plan_prepared must get
-// exactly that plan, with no step in between; steps after a stop token or a join get a fresh
-// plan and say so. Both kinds occur.
-class PreparedPlanChecker final : public ForwardingRunner {
+// The launch/collect contract of model_runner.h, watched on the CPU runner: at most two steps
+// launched and not collected, fed rows only with the step before in flight, each fed row one
+// position past the row it is fed from (the same sequence, one token on).
+class OverlapChecker final : public test::ForwardingRunner {
  public:
   using ForwardingRunner::ForwardingRunner;
-  void prepare_plan(const plan::AttentionPlan& plan) override { prepared_ = plan; }
-  engine::SampledTokens step(const StepRows& rows, const plan::AttentionPlan* plan,
-                             const engine::StepSampling* sampling, const std::function<void()>& while_running,
-                             bool plan_prepared) override {
-    if (plan_prepared) {
-      ++prepared_steps;
-      EXPECT_TRUE(plan != nullptr && prepared_.has_value()) << "step " << steps;
-      if (plan != nullptr && prepared_) {
-        auto same = [](const auto& a, const auto& b) {
-          return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0);
-        };
-        EXPECT_TRUE(same(plan->pages, prepared_->pages) && same(plan->pieces, prepared_->pieces) &&
-                    same(plan->rows, prepared_->rows) && same(plan->shared_items, prepared_->shared_items) &&
-                    same(plan->suffix_items, prepared_->suffix_items) && same(plan->groups, prepared_->groups) &&
-                    plan->state_entries == prepared_->state_entries)
-            << "step " << steps << ": the plan is not the one prepared";
-      }
-    } else if (sampling != nullptr) {
-      ++fresh_decode_steps;
-    }
-    prepared_.reset();  // prepared for this step only
-    ++steps;
-    return inner_->step(rows, plan, sampling, while_running, plan_prepared);
-  }
-  int steps = 0, prepared_steps = 0, fresh_decode_steps = 0;
-
- private:
-  std::optional<plan::AttentionPlan> prepared_;
-};
-
-TEST(Engine, StepsUseThePlanPreparedDuringTheLastStep) {
-  const test::FixtureModel m = test::load_fixture_model("tiny-llama");
-  std::mt19937 rng(8);
-  const std::vector<std::int32_t> shared = test::random_tokens(rng, 70, 512);
-  std::vector<GenerationRequest> requests;
-  for (int i = 0; i < 9; ++i) {
-    GenerationRequest r = test::greedy_request(test::extended(shared, rng, 1 + i % 5), 5 + (i * 3) % 11, 1 + i % 2);
-    if (i % 3 == 2)  // an even token stops it, most likely while others run on
-      for (std::int32_t id = 0; id < 512; id += 2) r.stop_token_ids.push_back(id);
-    requests.push_back(std::move(r));
-  }
-  PreparedPlanChecker runner(cpu_runner(m, 1024));
-  engine::EngineOptions options;
-  options.overlap_steps = false;  // (plans are prepared by the step-by-step engine)
-  options.max_running = 6;  // the rest join as others finish
-  engine::Engine engine(runner, options);
-  const std::vector<Completion> out = engine.generate(requests);
-  std::size_t sequences = 0;
-  for (const GenerationRequest& r : requests) sequences += static_cast<std::size_t>(r.n);
-  ASSERT_EQ(out.size(), sequences);
-  for (const Completion& c : out) EXPECT_TRUE(c.error.empty()) << c.error;
-  EXPECT_GT(runner.prepared_steps, 0);
-  EXPECT_GT(runner.fresh_decode_steps, 0);  // the first step, and those after stops and joins
-  EXPECT_EQ(engine.stats().plans_built_ahead, runner.prepared_steps);
-}
-
-// The overlapped-decode contract of model_runner.h, watched on the CPU runner: at most two
-// steps launched and not collected, step() only when none is, tokens_from_last only with the
-// step before in flight and as many rows, each of whose positions is one past that step's.
-class OverlapChecker final : public ForwardingRunner {
- public:
-  using ForwardingRunner::ForwardingRunner;
-  engine::SampledTokens step(const StepRows& rows, const plan::AttentionPlan* plan,
-                             const engine::StepSampling* sampling, const std::function<void()>& while_running,
-                             bool plan_prepared) override {
-    EXPECT_EQ(in_flight, 0) << "step() with decode steps in flight";
-    return inner_->step(rows, plan, sampling, while_running, plan_prepared);
-  }
-  void launch_decode(const StepRows& rows, const plan::AttentionPlan* plan, const engine::StepSampling& sampling,
-                     bool tokens_from_last) override {
+  void launch(const engine::StepWork& step) override {
     EXPECT_LT(in_flight, 2);
-    if (tokens_from_last) {
+    if (in_flight > 0) ++launched_in_flight;
+    if (!step.fed_from.empty()) {
       ++fed;
       EXPECT_GE(in_flight, 1) << "tokens from a step not in flight";
-      EXPECT_EQ(rows.positions.size(), last_positions_.size());
-      for (std::size_t r = 0; r < rows.positions.size() && r < last_positions_.size(); ++r)
-        EXPECT_EQ(rows.positions[r], last_positions_[r] + 1) << "row " << r;
+      for (std::size_t r = 0; r < step.fed_from.size(); ++r) {
+        const auto from = static_cast<std::size_t>(step.fed_from[r]);
+        reordered += from != r;
+        EXPECT_LT(from, last_positions_.size()) << "row " << r;
+        if (from < last_positions_.size()) EXPECT_EQ(step.rows.positions[r], last_positions_[from] + 1) << "row " << r;
+      }
     }
-    last_positions_ = rows.positions;
+    last_positions_.assign(step.rows.positions.begin(), step.rows.positions.begin() + step.sampling.size());
     max_in_flight = std::max(max_in_flight, ++in_flight);
-    inner_->launch_decode(rows, plan, sampling, tokens_from_last);
+    inner_->launch(step);
   }
-  engine::SampledTokens collect_decode() override {
+  engine::SampledTokens collect() override {
     EXPECT_GT(in_flight, 0);
     --in_flight;
-    return inner_->collect_decode();
+    return inner_->collect();
   }
-  int in_flight = 0, max_in_flight = 0, fed = 0;
+  int in_flight = 0, max_in_flight = 0, fed = 0, launched_in_flight = 0, reordered = 0;
 
  private:
-  std::vector<std::int32_t> last_positions_;
+  std::vector<std::int32_t> last_positions_;  // of the sampled rows of the step launched last
 };
 
-// EngineOptions::overlap_steps: each decode step is launched before the last one is collected
-// while the batch holds. Sequences that stop at stop tokens (their row of the step in flight is
-// dropped), finish by length, and join as others finish (max_running), greedy and sampled: the
-// same tokens, logprobs, finish reasons and on_token calls as the step-by-step engine, and
-// every kind of step occurs.
+// EngineOptions::overlap_steps: each step is launched before the last one is collected.
+// Sequences that stop at stop tokens (their row of the step in flight is dropped), finish by
+// length, and join as others finish (max_running), greedy and sampled: the same tokens,
+// logprobs, finish reasons and on_token calls as the step-by-step engine, and every kind of
+// step occurs (fed rows in order, and reordered where a sequence left the middle of the batch).
 TEST(Engine, OverlappedStepsGiveTheSameTokens) {
   const test::FixtureModel m = test::load_fixture_model("tiny-llama");
   const std::vector<GenerationRequest> requests = stopping_sampled_requests(11);
   for (AttentionMode attention : {AttentionMode::hydragen, AttentionMode::paged}) {
     SCOPED_TRACE(mode_name(attention));
-    auto run = [&](engine::ModelRunner& runner, bool overlap, EngineStats& stats,
-                   std::vector<std::vector<std::int32_t>>& streamed) {
+    auto run = [&](engine::ModelRunner& runner, bool overlap, EngineStats& stats, test::StreamedTokens& streamed) {
       engine::EngineOptions options = with(attention);
       options.overlap_steps = overlap;
       options.max_running = 7;  // the rest wait and join as others finish
-      options.on_token = [&](std::size_t completion, std::int32_t token) {
-        if (streamed.size() <= completion) streamed.resize(completion + 1);
-        streamed[completion].push_back(token);
-      };
+      options.on_token = std::ref(streamed);
       engine::Engine engine(runner, options);
       std::vector<Completion> out = engine.generate(requests);
       stats = engine.stats();
@@ -452,7 +304,7 @@ TEST(Engine, OverlappedStepsGiveTheSameTokens) {
     OverlapChecker checked(cpu_runner(m, 1024));
     auto plain = cpu_runner(m, 1024);
     EngineStats overlapped, in_place;
-    std::vector<std::vector<std::int32_t>> streamed_a, streamed_b;
+    test::StreamedTokens streamed_a, streamed_b;
     const std::vector<Completion> a = run(checked, true, overlapped, streamed_a);
     const std::vector<Completion> b = run(*plain, false, in_place, streamed_b);
     ASSERT_EQ(a.size(), b.size());
@@ -465,32 +317,25 @@ TEST(Engine, OverlappedStepsGiveTheSameTokens) {
       for (std::size_t t = 0; t < a[i].logprobs.size(); ++t)
         EXPECT_NEAR(a[i].logprobs[t], b[i].logprobs[t], 1e-4) << "completion " << i << " token " << t;
     }
-    EXPECT_EQ(streamed_a, streamed_b);
+    EXPECT_EQ(streamed_a.tokens, streamed_b.tokens);
     EXPECT_EQ(checked.in_flight, 0);
     EXPECT_EQ(checked.max_in_flight, 2);
-    EXPECT_EQ(overlapped.overlapped_steps, checked.fed);
-    EXPECT_GT(overlapped.overlapped_steps, 0);
+    EXPECT_EQ(overlapped.overlapped_steps, checked.launched_in_flight);
+    EXPECT_GT(checked.fed, 0);
+    EXPECT_GT(checked.reordered, 0);  // a sequence left the middle of the batch in flight
     EXPECT_GT(overlapped.dropped_rows, 0);  // a stop token ended a sequence the next step held
     EXPECT_EQ(overlapped.decode_tokens, in_place.decode_tokens);
     EXPECT_EQ(in_place.overlapped_steps + in_place.dropped_rows, 0);
   }
 }
 
-// Calls observe() with the rows and plan of every decode step (step() with sampling, and
-// launch_decode), then runs it.
-class DecodeObserver : public ForwardingRunner {
+// Calls observe() with the rows and plan of every step with decode rows, then runs it.
+class DecodeObserver : public test::ForwardingRunner {
  public:
   using ForwardingRunner::ForwardingRunner;
-  engine::SampledTokens step(const StepRows& rows, const plan::AttentionPlan* plan,
-                             const engine::StepSampling* sampling, const std::function<void()>& while_running,
-                             bool plan_prepared) override {
-    if (sampling != nullptr) observe(rows, plan);
-    return inner_->step(rows, plan, sampling, while_running, plan_prepared);
-  }
-  void launch_decode(const StepRows& rows, const plan::AttentionPlan* plan, const engine::StepSampling& sampling,
-                     bool tokens_from_last) override {
-    observe(rows, plan);
-    inner_->launch_decode(rows, plan, sampling, tokens_from_last);
+  void launch(const engine::StepWork& step) override {
+    if (step.sampling.size() > 0) observe(step.rows, step.plan ? &*step.plan : nullptr);
+    inner_->launch(step);
   }
 
  protected:
@@ -544,25 +389,31 @@ TEST(Engine, OverlappedStepsRunTheSamePlans) {
 TEST(Engine, StepsInFlightAreCollectedFirst) {
   const test::FixtureModel m = test::load_fixture_model("tiny-llama");
   OverlapChecker runner(cpu_runner(m, 1024));
-  const GenerationRequest r = test::greedy_request(reference_prompt(m, 1), 20, 3);
+  std::int64_t tokens = 0;
   {
-    engine::Engine engine(runner, {});
-    engine.submit(r, 0);
-    engine.admit_and_prefill();
-    engine.decode_step();  // launches two, collects one
+    engine::EngineOptions options;
+    options.on_token = [&](const engine::TokenEvent& e) { tokens += e.sample == 0; };
+    engine::Engine engine(runner, options);
+    engine.submit(test::greedy_request(reference_prompt(m, 1), 20, 3));
+    EXPECT_EQ(engine.admit_and_prefill(), 3);
+    EXPECT_EQ(runner.in_flight, 0);
+    engine.step();  // launches the first decode step, collects nothing
     EXPECT_EQ(runner.in_flight, 1);
-    EXPECT_EQ(engine.completions()[0].tokens.size(), 1u);
+    EXPECT_EQ(tokens, 0);
+    engine.step();  // launches the second, collects the first
+    EXPECT_EQ(runner.in_flight, 1);
+    EXPECT_EQ(tokens, 1);
     engine.skip_suffix_tokens(2);
     EXPECT_EQ(runner.in_flight, 0);
-    EXPECT_EQ(engine.completions()[0].tokens.size(), 4u);  // one collected, two skipped
-    engine.decode_step();
+    EXPECT_EQ(tokens, 2);  // the second collected (and two skipped, which on_token does not see)
+    engine.step();
     EXPECT_EQ(runner.in_flight, 1);
     engine.set_overlap_steps(false);
     EXPECT_EQ(runner.in_flight, 0);
-    engine.decode_step();  // step by step now
+    engine.step();  // step by step now
     EXPECT_EQ(runner.in_flight, 0);
     engine.set_overlap_steps(true);
-    engine.decode_step();
+    engine.step();
     EXPECT_EQ(runner.in_flight, 1);
   }  // the engine's end
   EXPECT_EQ(runner.in_flight, 0);
@@ -600,7 +451,7 @@ TEST(Engine, ChunkedPrefillPinnedSegmentsAndPageSizesGiveTheSameTokens) {
   auto runner = cpu_runner(m);
   const auto expected = test::run_engine(*runner, requests);
   engine::EngineOptions chunked;
-  chunked.prefill_chunk_tokens = 7;
+  chunked.max_step_tokens = 7;  // decode rows included: at most 7 sequences run
   EXPECT_EQ(test::run_engine(*runner, requests, chunked).at(3).tokens, expected[3].tokens);
   auto pinned = requests;
   for (auto& r : pinned) r.segment_ends = {10, 45};

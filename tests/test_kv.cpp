@@ -311,6 +311,71 @@ TEST(RadixTree, SplitKeepsTheLeafIdAndPathToRefreshesAHeldPath) {
   EXPECT_EQ(tree.node(fresh[1]).locks, 0);
 }
 
+// A node prefilled in chunks: its filled tokens only grow; a split divides them between the
+// parts (the upper part filled up to the split, the lower the rest), so a prompt that diverges
+// inside a node being prefilled shares what is done and match() sees only whole filled nodes.
+TEST(RadixTree, PrefillProgressSplitsWithTheNode) {
+  PagePool pool(16, 4);
+  RadixTree tree(pool);
+  const Tokens a = iota_tokens(10);
+  const auto path = insert_ok(tree, a);
+  tree.set_filled_tokens(path[0], 6);
+  EXPECT_FALSE(tree.node(path[0]).filled);
+  EXPECT_EQ(tree.match(a).tokens, 0);
+  expect_error([&] { tree.set_filled_tokens(path[0], 5); }, "must be in [6, 10]");
+  expect_error([&] { tree.set_filled_tokens(path[0], 11); }, "must be in [6, 10]");
+  Tokens b(a.begin(), a.begin() + 4);
+  b.push_back(1);
+  const auto split = tree.path_to(insert_ok(tree, a).back());  // (the same prompt: no split)
+  EXPECT_EQ(split, path);
+  insert_ok(tree, b);  // splits at 4: upper [0, 4) filled, lower [4, 10) 2 of 6
+  const auto fresh = tree.path_to(path[0]);
+  ASSERT_EQ(fresh.size(), 2u);
+  EXPECT_TRUE(tree.node(fresh[0]).filled);
+  EXPECT_EQ(tree.node(fresh[0]).filled_tokens, 4);
+  EXPECT_EQ(tree.node(fresh[1]).filled_tokens, 2);
+  EXPECT_FALSE(tree.node(fresh[1]).filled);
+  EXPECT_EQ(tree.match(a).tokens, 4);
+  Tokens c(a.begin(), a.begin() + 8);
+  c.push_back(1);
+  insert_ok(tree, c);  // splits the lower part at 4 of its 6, past its 2 filled: 2 and 0
+  const auto again = tree.path_to(path[0]);
+  ASSERT_EQ(again.size(), 3u);
+  EXPECT_EQ(tree.node(again[1]).filled_tokens, 2);
+  EXPECT_EQ(tree.node(again[2]).filled_tokens, 0);
+  tree.set_filled(again[1]);
+  tree.set_filled(again[2]);
+  EXPECT_EQ(tree.match(a).tokens, 10);
+}
+
+// Pages by who holds them: locked (shared when a node is held twice) and cached (unlocked
+// nodes only); a boundary page of a split counts once, as locked if either part is.
+TEST(RadixTree, PageUseTellsLockedSharedAndCachedPages) {
+  PagePool pool(16, 4);
+  RadixTree tree(pool);
+  const auto a = insert_ok(tree, iota_tokens(10));  // 3 pages
+  tree.lock(a);
+  tree.lock(a);
+  auto use = tree.page_use();
+  EXPECT_EQ(use.locked, 3);
+  EXPECT_EQ(use.shared, 3);
+  EXPECT_EQ(use.cached, 0);
+  Tokens b = iota_tokens(6);
+  b.push_back(1);
+  const auto pb = insert_ok(tree, b);  // splits at 6, inside page 1: a fresh page for [1]
+  tree.unlock(tree.path_to(a.back()));
+  tree.unlock(tree.path_to(a.back()));
+  tree.lock(pb);
+  use = tree.page_use();
+  EXPECT_EQ(use.locked, 3);  // [0, 6): pages 0-1, [1]: its page
+  EXPECT_EQ(use.shared, 0);
+  EXPECT_EQ(use.cached, 1);  // [6, 10)'s last page (its first is the boundary page, locked above)
+  tree.unlock(pb);
+  use = tree.page_use();
+  EXPECT_EQ(use.locked, 0);
+  EXPECT_EQ(use.cached, pool.used_pages());
+}
+
 // ---- RadixTree: locks and eviction ------------------------------------------
 
 TEST(RadixTree, LockAndUnlockCountAndRejectBadPaths) {

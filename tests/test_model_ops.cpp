@@ -1,5 +1,6 @@
 // The CPU model ops that no forward-pass test pins down on their own: copy_slots, the K/V row
 // copy inside a page pool (the dense baseline's per-sequence copies), and its input checks;
+// gather_rows (the engine's fed tokens on a device);
 // linear at shapes past the tiny model's (its column blocks on the thread pool).
 #include <gtest/gtest.h>
 
@@ -103,6 +104,38 @@ TEST(ModelOps, CopySlotsRejectsBadSlots) {
   }
   Tensor flat = Tensor::zeros({40}, DType::f32);
   EXPECT_THROW(copy_slots(slot_tensor({0}), slot_tensor({1}), flat), Error);
+}
+
+// gather_rows: each row of dst is the indexed row of src (repeats and any order allowed), for
+// rows of one i32 (the engine's fed tokens) and of several bf16; bad shapes and indices throw.
+TEST(ModelOps, GatherRowsCopiesTheIndexedRows) {
+  const Tensor tokens = slot_tensor({11, 22, 33, 44});
+  Tensor picked = Tensor::empty({3}, DType::i32);
+  gather_rows(tokens, slot_tensor({3, 0, 3}), picked);
+  EXPECT_EQ(std::vector<std::int32_t>(picked.data<std::int32_t>(), picked.data<std::int32_t>() + 3),
+            (std::vector<std::int32_t>{44, 11, 44}));
+  Tensor rows = Tensor::empty({5, 2, 3}, DType::bf16);
+  for (std::int64_t i = 0; i < rows.numel(); ++i) rows.set(i, static_cast<double>(i));
+  Tensor out = Tensor::empty({2, 2, 3}, DType::bf16);
+  gather_rows(rows, slot_tensor({4, 1}), out);
+  for (std::int64_t j = 0; j < 6; ++j) {
+    EXPECT_EQ(out.get(j), rows.get(4 * 6 + j));
+    EXPECT_EQ(out.get(6 + j), rows.get(6 + j));
+  }
+  Tensor empty_out = Tensor::empty({0}, DType::i32);
+  EXPECT_NO_THROW(gather_rows(tokens, slot_tensor({}), empty_out));
+  auto expect_gather_error = [](const Tensor& src, const Tensor& index, Tensor dst, const std::string& words) {
+    try {
+      gather_rows(src, index, dst);
+      FAIL() << "expected an error mentioning '" << words << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  expect_gather_error(tokens, slot_tensor({4}), Tensor::empty({1}, DType::i32), "outside src's rows [0, 4)");
+  expect_gather_error(tokens, slot_tensor({0, 1}), Tensor::empty({1}, DType::i32), "one row per index");
+  expect_gather_error(tokens, slot_tensor({0}), Tensor::empty({1}, DType::f32), "one row per index");
+  expect_gather_error(tokens, Tensor::zeros({1}, DType::f32), Tensor::empty({1}, DType::i32), "index must be");
 }
 
 }  // namespace

@@ -459,5 +459,24 @@ TEST(PagedPlan, RejectsBadLayouts) {
   }
 }
 
+// A segment marked always_stack (the engine's prefill segments, read by a chunk's many rows)
+// is stacked in every mode, whatever its readers and length, and the fold rule leaves it so;
+// the other segments follow the mode as before.
+TEST(PagedPlan, AlwaysStackedSegmentsStackInEveryMode) {
+  for (AttentionMode mode : {AttentionMode::hydragen, AttentionMode::paged, AttentionMode::dense}) {
+    PagedLayout layout = testing::one_segment_layout(16, 1, 8, 1024, 256);
+    layout.segments.push_back({kNoParent, 10, {900}, 0});  // short, one reader: never stacked by rule
+    layout.sequences.push_back({1, 0, {}, 7});             // a prefill chunk's 7 rows
+    PlanOptions options;
+    options.mode = mode;
+    const AttentionPlan by_rule = build_attention_plan(layout, options);
+    layout.segments[1].always_stack = true;
+    const AttentionPlan forced = build_attention_plan(layout, options);
+    EXPECT_EQ(forced.stacked_segments, by_rule.stacked_segments + 1) << static_cast<int>(mode);
+    EXPECT_GT(forced.shared_items.size(), by_rule.shared_items.size()) << static_cast<int>(mode);
+    if (mode != AttentionMode::hydragen) EXPECT_EQ(by_rule.stacked_segments, 0);
+  }
+}
+
 }  // namespace
 }  // namespace hydragen::plan

@@ -9,20 +9,13 @@
 
 #include "engine_test_util.h"
 #include "model/llama.h"
+#include "paged_model_util.h"
 #include "sampling_test_util.h"
 
 namespace hydragen {
 namespace {
 
-using engine::AttentionChoice;
 using engine::GenerationRequest;
-
-std::unique_ptr<engine::ModelRunner> cpu_runner(const test::FixtureModel& m) {
-  engine::RunnerOptions options;
-  options.kv_pages = 256;
-  options.page_size = 16;
-  return engine::make_cpu_runner(m.config, m.weights, options);
-}
 
 GenerationRequest request(std::vector<std::int32_t> prompt, std::int64_t new_tokens, sample::SamplingParams p) {
   GenerationRequest r = test::greedy_request(std::move(prompt), new_tokens);
@@ -39,15 +32,16 @@ sample::SamplingParams penalties(float presence, float frequency, float repetiti
 }
 
 // Greedy tokens after `prompt` by the reference: the model's logits over the whole sequence
-// each step, penalized from the sequence's tokens, argmax.
+// each step (dense attention, recomputed from scratch), penalized from the sequence's tokens, argmax.
 std::vector<std::int32_t> reference_greedy(const Llama& model, const std::vector<std::int32_t>& prompt,
                                            std::int64_t new_tokens, const sample::SamplingParams& p) {
   sample::test::SequenceTokens seq{prompt, {}};
   const auto vocab = static_cast<std::size_t>(model.config().vocab_size);
+  test::CpuStepper stepper(model);
   for (std::int64_t i = 0; i < new_tokens; ++i) {
     std::vector<std::int32_t> tokens = seq.prompt;
     tokens.insert(tokens.end(), seq.generated.begin(), seq.generated.end());
-    const Tensor logits = model.logits(tokens);
+    const Tensor logits = test::paged_logits(stepper, AttentionMode::dense, tokens);
     const std::span<const float> last(logits.data<float>() + (tokens.size() - 1) * vocab, vocab);
     const std::vector<float> l = seq.penalized(last, p);
     seq.generated.push_back(static_cast<std::int32_t>(std::max_element(l.begin(), l.end()) - l.begin()));
@@ -67,7 +61,7 @@ TEST(EnginePenalties, GreedyWithPenaltiesEqualsAReferenceLoop) {
                               std::to_string(p.repetition_penalty);
     const std::vector<std::int32_t> expected = reference_greedy(model, prompt, 20, p);
     EXPECT_NE(expected, reference_greedy(model, prompt, 20, sample::SamplingParams{})) << label << ": no effect";
-    auto runner = cpu_runner(m);
+    auto runner = test::cpu_runner(m);
     EXPECT_EQ(test::run_engine(*runner, {request(prompt, 20, p)}).at(0).tokens, expected) << label;
   }
 }
@@ -75,7 +69,7 @@ TEST(EnginePenalties, GreedyWithPenaltiesEqualsAReferenceLoop) {
 TEST(EnginePenalties, AFrequencyPenaltyBreaksTheGreedyLoop) {
   const test::FixtureModel m = test::load_fixture_model("tiny-llama");
   const auto prompt = m.reference["prompts"][1].get<std::vector<std::int32_t>>();
-  auto runner = cpu_runner(m);
+  auto runner = test::cpu_runner(m);
   const auto plain = test::run_engine(*runner, {request(prompt, 96, {})}).at(0).tokens;
   const auto penalized = test::run_engine(*runner, {request(prompt, 96, penalties(0.f, 2.f, 1.f))}).at(0).tokens;
   EXPECT_GE(sample::test::most_repeated(plain), 12) << "the unpenalized run does not loop: the test shows nothing";
@@ -97,15 +91,15 @@ TEST(EnginePenalties, SampledWithPenaltiesIsTheSameOverlappedOrNotInEveryMode) {
     requests.push_back(r);
   }
   std::vector<std::vector<std::int32_t>> first;
-  for (AttentionChoice mode : {AttentionChoice::hydragen, AttentionChoice::paged, AttentionChoice::dense}) {
+  for (AttentionMode mode : {AttentionMode::hydragen, AttentionMode::paged, AttentionMode::dense}) {
     for (const bool overlap : {true, false}) {
       engine::EngineOptions options = test::with(mode);
       options.overlap_steps = overlap;
-      auto runner = cpu_runner(m);
+      auto runner = test::cpu_runner(m);
       std::vector<std::vector<std::int32_t>> tokens;
       for (const engine::Completion& c : test::run_engine(*runner, requests, options)) tokens.push_back(c.tokens);
       if (first.empty()) first = tokens;
-      EXPECT_EQ(tokens, first) << engine::choice_name(mode) << (overlap ? " overlapped" : " step by step");
+      EXPECT_EQ(tokens, first) << mode_name(mode) << (overlap ? " overlapped" : " step by step");
     }
   }
 }
@@ -114,7 +108,7 @@ TEST(EnginePenalties, SampledWithPenaltiesIsTheSameOverlappedOrNotInEveryMode) {
 // test_sampling_penalties.cpp).
 TEST(EnginePenalties, TheRunnerReturnsTheTopN) {
   const test::FixtureModel m = test::load_fixture_model("tiny-llama");
-  auto runner = cpu_runner(m);
+  auto runner = test::cpu_runner(m);
   sample::test::expect_runner_top_n(*runner, "cpu");
 }
 

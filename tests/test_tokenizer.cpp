@@ -1,10 +1,12 @@
 // Every encoding and decoding of the reference fixtures (tests/fixtures/tokenizer/, written by
-// scripts/reference/tokenizer.py with `tokenizers` and `sentencepiece`) must match exactly,
-// and streaming decode must reproduce decode without ever emitting a partial character.
+// scripts/reference/tokenizer.py with `tokenizers` and `sentencepiece`; the demo model's, by
+// its training encoder, scripts/demo/bpe.py) must match exactly, and streaming decode must
+// reproduce decode without ever emitting a partial character.
 #include <gtest/gtest.h>
 
 #include <sstream>
 
+#include "demo_model_fixtures.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 #include "tokenizer_test_util.h"
@@ -20,14 +22,24 @@ std::string show(const std::vector<TokenId>& ids) {
   return "[" + out.str() + "]";
 }
 
-class TokenizerFixture : public ::testing::TestWithParam<std::string> {
+// A tokenizer's folder and the file of what it must give.
+struct TokenizerCase {
+  std::string name;
+  std::filesystem::path dir, expected;
+};
+
+void PrintTo(const TokenizerCase& c, std::ostream* os) { *os << c.name; }  // test names, not bytes
+
+TokenizerCase reference_fixture(const std::string& name) {
+  return {name, test::tokenizer_fixtures() / name, test::tokenizer_fixtures() / name / "expected.json"};
+}
+
+class TokenizerFixture : public ::testing::TestWithParam<TokenizerCase> {
  protected:
   void SetUp() override {
-    dir_ = test::tokenizer_fixtures() / GetParam();
-    tokenizer_ = load_tokenizer(dir_);
-    expected_ = test::read_json_file(dir_ / "expected.json");
+    tokenizer_ = load_tokenizer(GetParam().dir);
+    expected_ = test::read_json_file(GetParam().expected);
   }
-  std::filesystem::path dir_;
   std::unique_ptr<Tokenizer> tokenizer_;
   json expected_;
 };
@@ -111,8 +123,11 @@ TEST_P(TokenizerFixture, StreamDecodeEqualsDecode) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tokenizer, TokenizerFixture,
-                         ::testing::Values("bytelevel", "sp_bpe", "metaspace", "spm"),
-                         [](const auto& info) { return info.param; });
+                         ::testing::Values(reference_fixture("bytelevel"), reference_fixture("sp_bpe"),
+                                           reference_fixture("metaspace"), reference_fixture("spm"),
+                                           TokenizerCase{"demo", test::demo_model_dir(),
+                                                         test::demo_fixture_dir() / "tokenizer_expected.json"}),
+                         [](const auto& info) { return info.param.name; });
 
 TEST(TokenizerSpecialTokens, FromTokenizerConfig) {
   const auto dir = test::tokenizer_fixtures();

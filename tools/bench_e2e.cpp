@@ -66,7 +66,7 @@ struct StepClock {
   std::int64_t steps = 0;
   double operator()() {
     const auto start = Clock::now();
-    engine.decode_step();
+    engine.step();
     const double wall = seconds_since(start);
     wall_seconds += wall;
     device_seconds += runner.last_step_device_seconds();
@@ -130,8 +130,24 @@ std::vector<engine::GenerationRequest> requests_under(const std::vector<std::int
   return requests;
 }
 
+// Pages the admitted sequences of `requests` take from the step after prefill to their last
+// token (the engine gives a sequence pages as it grows): new_tokens slots each past its first.
+std::int64_t pages_to_grow(const std::vector<engine::GenerationRequest>& requests, AttentionMode mode,
+                           int page_size, std::int64_t new_tokens) {
+  auto pages = [&](std::int64_t slots) { return (slots + page_size - 1) / page_size; };
+  std::int64_t total = 0;
+  for (const engine::GenerationRequest& r : requests) {
+    const auto tree = static_cast<std::int64_t>(r.prompt.size()) - 1;
+    const std::int64_t own_prompt = mode == AttentionMode::dense ? tree
+                                    : r.max_shared_tokens >= 0             ? tree - std::min(tree, r.max_shared_tokens)
+                                                                           : 0;
+    total += r.n * (pages(own_prompt + new_tokens) - pages(own_prompt + 1));
+  }
+  return total;
+}
+
 // Prefills `requests` (`batch` sequences in all) and times their decode; a row that says
-// "skipped" when they do not all fit the KV pool at once.
+// "skipped" when they do not all fit the KV pool at once, at their longest.
 PointResult time_generation(engine::ModelRunner& runner, AttentionMode mode,
                             const std::vector<engine::GenerationRequest>& requests, std::int64_t batch,
                             const E2eOptions& o) {
@@ -140,25 +156,27 @@ PointResult time_generation(engine::ModelRunner& runner, AttentionMode mode,
   eo.attention = mode;
   eo.max_running = batch;
   eo.overlap_steps = o.overlap_steps;
+  std::string refused;               // why the engine refused a request (its context, say)
+  std::int64_t first_generated = 0;  // tokens of the first completion so far
+  eo.on_finish = [&](const engine::Completion& c) {
+    if (!c.error.empty() && !c.kv_pool_full) refused = c.error;
+  };
+  eo.on_token = [&](const engine::TokenEvent& e) { first_generated += e.request == 0 && e.sample == 0; };
   engine::Engine engine(runner, eo);
-  for (std::size_t r = 0; r < requests.size(); ++r) engine.submit(requests[r], static_cast<int>(r));
+  for (const engine::GenerationRequest& r : requests) engine.submit(r);
   const std::int64_t running = engine.admit_and_prefill();
   row["prefill_s"] = engine.stats().prefill_seconds;
-  if (running < batch) {
+  const std::int64_t grow = pages_to_grow(requests, mode, runner.page_size(), o.new_tokens);
+  if (running < batch || engine.pool().used_pages() + grow > engine.pool().num_pages()) {
     row["skipped"] = true;
-    // A request the engine refused says why (its context, say); otherwise the pool was short.
-    std::string refused;
-    for (const engine::Completion& c : engine.completions())
-      if (!c.error.empty() && !c.kv_pool_full) refused = c.error;
     row["skip_reason"] = !refused.empty() ? "refused: " + refused
                                           : "out of memory: " + std::to_string(running) + " of " +
                                                 std::to_string(batch) + " sequences fit the KV pool (" +
                                                 human_gb(double(runner.kv_pages()) * runner.page_size() *
-                                                         runner.kv_bytes_per_token()) + ")";
+                                                         runner.kv_bytes_per_token()) + ") at their longest";
     return {row, 0};
   }
   row["skipped"] = false;
-  row["kv_peak_gb"] = double(engine.pool().peak_used_pages()) * runner.page_size() * runner.kv_bytes_per_token() / 1e9;
   // Step s (0-based) attends to a suffix of s + 1 tokens. Step 0 is the warm-up.
   StepClock timed_step{engine, runner};
   timed_step();
@@ -181,7 +199,7 @@ PointResult time_generation(engine::ModelRunner& runner, AttentionMode mode,
     // under the warm-up's.
     engine.set_overlap_steps(false);
     timed_step.wall_seconds = 0, timed_step.device_seconds = 0, timed_step.steps = 0;
-    std::int64_t at = static_cast<std::int64_t>(engine.completions().front().tokens.size()) + 1;  // the next step's suffix
+    std::int64_t at = first_generated + 1;  // the next step's suffix
     samples.assign(1, {at, timed_step()});
     for (int i = 1; i < o.sample_points; ++i) {
       const std::int64_t target = 2 + (steps - 3) * i / (o.sample_points - 1);
@@ -201,6 +219,8 @@ PointResult time_generation(engine::ModelRunner& runner, AttentionMode mode,
   row["decode_s"] = mean * double(steps);
   if (timed_step.device_seconds > 0) row["device_step_ms"] = timed_step.device_seconds / timed_step.steps * 1e3;
   row["tokens_per_s"] = double(batch) / mean;
+  row["preemptions"] = engine.metrics().preemptions;  // 0: the pool held the batch throughout
+  row["kv_peak_gb"] = double(engine.pool().peak_used_pages()) * runner.page_size() * runner.kv_bytes_per_token() / 1e9;
   return {row, double(batch) / mean};
 }
 

@@ -208,26 +208,32 @@ GenerateSummary run_generate(const GenerateOptions& o, std::FILE* out, std::FILE
   if (tokenizer) {
     engine_options.detokenize = [&](std::span<const std::int32_t> ids) { return tokenizer->decode(ids, true); };
   }
-  engine_options.on_token = [&](std::size_t, std::int32_t id) {
+  engine_options.on_token = [&](const engine::TokenEvent& e) {
     progress.token();
     if (!single) return;
-    if (stream) std::fputs(shown->push(stream->push(id)).c_str(), out);
-    else std::fprintf(out, "%d ", id);
+    if (stream) std::fputs(shown->push(stream->push(e.token)).c_str(), out);
+    else std::fprintf(out, "%d ", e.token);
     std::fflush(out);
   };
+  // The engine's request ids count the requests handed to it (0, 1, ...); line_of maps them back.
+  std::vector<std::size_t> line_of;
+  std::vector<engine::GenerationRequest> valid;
+  for (std::size_t r = 0; r < requests.size(); ++r)
+    if (requests[r].error.empty()) line_of.push_back(r), valid.push_back(requests[r].request);
   engine_options.on_finish = [&](const engine::Completion& c) {
-    const engine::GenerationRequest& request = requests[static_cast<std::size_t>(c.request)].request;
-    nlohmann::json line{{"request", c.request}, {"sample", c.sample}, {"prompt_tokens", request.prompt.size()},
+    const std::size_t line_index = line_of[static_cast<std::size_t>(c.request)];
+    const engine::GenerationRequest& request = requests[line_index].request;
+    nlohmann::json line{{"request", line_index}, {"sample", c.sample}, {"prompt_tokens", request.prompt.size()},
                         {"tokens", c.tokens}, {"logprobs", c.logprobs}, {"finish_reason", c.finish_reason}};
     if (tokenizer) line["text"] = text_of(c.tokens, request);
     if (!c.error.empty()) line["error"] = c.error;
     write_line(line);
   };
   engine::Engine engine(*runner, engine_options);
+  const std::vector<engine::Completion> completions = engine.generate(valid);
   std::vector<std::size_t> first_completion(requests.size(), SIZE_MAX);
-  for (std::size_t r = 0; r < requests.size(); ++r)
-    if (requests[r].error.empty()) first_completion[r] = engine.submit(requests[r].request, static_cast<int>(r));
-  engine.run();
+  for (std::size_t i = 0, at = 0; i < line_of.size(); at += static_cast<std::size_t>(valid[i].n), ++i)
+    first_completion[line_of[i]] = at;
   progress.done();
   if (single) {
     if (stream) std::fputs((shown->push(stream->flush()) + shown->finish()).c_str(), out);
@@ -245,7 +251,7 @@ GenerateSummary run_generate(const GenerateOptions& o, std::FILE* out, std::FILE
         std::fflush(out);  // stdout and stderr in order when both go to one log
         std::fprintf(log, "request %zu: error: %s\n", r, requests[r].error.c_str());
       } else {
-        const engine::Completion& c = engine.completions()[first_completion[r] + static_cast<std::size_t>(s)];
+        const engine::Completion& c = completions[first_completion[r] + static_cast<std::size_t>(s)];
         if (!c.error.empty()) {
           ++summary.errors;
           std::fflush(out);

@@ -12,7 +12,7 @@ namespace hydragen::engine {
 
 namespace {
 
-class CpuModelRunner final : public ModelRunner {
+class CpuModelRunner final : public HostModelRunner {
  public:
   CpuModelRunner(const ModelConfig& config, LlamaWeights weights, const RunnerOptions& options)
       : model_(config, std::move(weights)) {
@@ -28,26 +28,6 @@ class CpuModelRunner final : public ModelRunner {
   std::int64_t max_step_rows() const override { return std::int64_t{1} << 30; }
   plan::PlanOptions plan_options(AttentionMode mode) const override { return cpu::plan_options(mode, true); }
 
-  SampledTokens step(const StepRows& rows, const plan::AttentionPlan* plan, const StepSampling* sampling,
-                     const std::function<void()>& while_running, bool /*plan_prepared*/) override {
-    const Tensor logits = model_.forward_paged(rows, plan, kv_, sampling != nullptr);
-    if (while_running) while_running();  // the host computes: nothing to overlap
-    SampledTokens out;
-    if (sampling == nullptr) return out;
-    HG_CHECK(static_cast<std::int64_t>(sampling->params.size()) == rows.size() &&
-                 sampling->steps.size() == sampling->params.size(),
-             "CpuModelRunner::step: one sampling entry per row expected, got ", sampling->params.size(), " for ",
-             rows.size(), " rows");
-    out.tokens.resize(sampling->params.size());
-    out.logprobs.resize(sampling->params.size());
-    if (std::any_of(sampling->params.begin(), sampling->params.end(),
-                    [](const sample::SamplingParams& p) { return p.logprobs > 0; }))
-      out.top.resize(sampling->params.size() * sample::kMaxTopLogprobs);
-    sample::sample_rows(logits, sampling->params, sampling->steps, rows.tokens, sampling->history, out.tokens,
-                        out.logprobs, out.top);
-    return out;
-  }
-
   void copy_slots(std::span<const std::int32_t> src, std::span<const std::int32_t> dst) override {
     HG_CHECK(src.size() == dst.size(), "copy_slots: ", src.size(), " sources for ", dst.size(), " destinations");
     const auto count = static_cast<std::int64_t>(src.size());
@@ -61,6 +41,22 @@ class CpuModelRunner final : public ModelRunner {
   }
 
  private:
+  SampledTokens compute(const StepRows& rows, const plan::AttentionPlan* plan, const StepSampling& sampling) override {
+    const std::int64_t sampled = sampling.size();
+    const Tensor logits = model_.forward_paged(rows, plan, kv_, sampled > 0, sampled);
+    SampledTokens out;
+    if (sampled == 0) return out;
+    out.tokens.resize(static_cast<std::size_t>(sampled));
+    out.logprobs.resize(static_cast<std::size_t>(sampled));
+    if (std::any_of(sampling.params.begin(), sampling.params.end(),
+                    [](const sample::SamplingParams& p) { return p.logprobs > 0; }))
+      out.top.resize(static_cast<std::size_t>(sampled) * sample::kMaxTopLogprobs);
+    const std::span<const std::int32_t> inputs = std::span(rows.tokens).first(static_cast<std::size_t>(sampled));
+    sample::sample_rows(logits, sampling.params, sampling.steps, inputs, sampling.history, out.tokens, out.logprobs,
+                        out.top);
+    return out;
+  }
+
   Llama model_;
   PagedKv kv_;
 };

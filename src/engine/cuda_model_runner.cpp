@@ -2,7 +2,8 @@
 // the PagedAttentionRunner, sampling on the device. A decode step is captured once per
 // batch-size bucket in a CUDA graph and replayed: its inputs (tokens, positions, slots,
 // sampling rows, the plan) live in fixed device buffers rewritten before each replay, and
-// rows past the batch are padding that write their K/V to a sink page nobody reads.
+// rows past the batch are padding that write their K/V to a sink page nobody reads. A step
+// with prefill rows runs without a graph, its logits only for its decode rows.
 #include "engine/model_runner.h"
 #include "hydragen/error.h"
 
@@ -28,7 +29,7 @@ namespace hydragen::engine {
 
 namespace {
 
-constexpr std::int64_t kMinStepRows = 512;                     // prefill chunks up to max(this, max_batch) rows
+constexpr std::int64_t kMinStepRows = 512;  // rows per step without RunnerOptions::max_step_rows: max(this, max_batch)
 constexpr std::int64_t kTopWords = 2 * sample::kMaxTopLogprobs;  // 32-bit words of a row's top-N
 
 // Decode batches are padded up to one of these sizes, so a handful of graphs serve every batch.
@@ -52,16 +53,18 @@ class CudaModelRunner final : public ModelRunner {
     weights = LlamaWeights{};  // what the model did not keep goes back before the pool is sized
     HG_CHECK(cuda::supported_head_dim(static_cast<int>(config.head_dim)), "the CUDA attention kernels do not ",
              "support head_dim ", config.head_dim, " (supported: 64, 128)");
-    capacity_ = std::max(options.max_batch, kMinStepRows);
-    capacity_ = bucket_for(capacity_);
-    buffers_ = model_.new_step_buffers(capacity_);
+    HG_CHECK(options.max_batch >= 1 && options.max_step_rows >= 0, "CudaModelRunner: max_batch (", options.max_batch,
+             ") must be >= 1 and max_step_rows (", options.max_step_rows, ") >= 0");
+    capacity_ = bucket_for(std::max(options.max_batch, options.max_step_rows > 0 ? options.max_step_rows : kMinStepRows));
+    sampled_capacity_ = std::min(bucket_for(options.max_batch), capacity_);
+    buffers_ = model_.new_step_buffers(capacity_, sampled_capacity_);
     HG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     // A step's inputs in one device block (one copy in, docs/perf-notes.md e14), its sampled
     // tokens and logprobs in another (one copy out), each mirrored by pinned host memory: two
     // mirrors used in turn, so a step can be staged while the last one is in flight.
-    const std::int64_t cap = capacity_;  // a bucket: even, so the u64 steps after 3 i32 arrays are aligned
+    const std::int64_t cap = capacity_;  // a bucket: even, so the u64 steps after 4 i32 arrays are aligned
     HG_CHECK(cap % 2 == 0, "CudaModelRunner: odd step capacity ", cap);
-    inputs_bytes_ = 3 * cap * sizeof(std::int32_t) + cap * sizeof(std::uint64_t) + cap * sizeof(sample::SamplingParams);
+    inputs_bytes_ = 4 * cap * sizeof(std::int32_t) + cap * sizeof(std::uint64_t) + cap * sizeof(sample::SamplingParams);
     for (Slot& slot : slots_) {
       slot.host_inputs = pinned<unsigned char>(inputs_bytes_);
       slot.host_outputs = pinned<std::int32_t>(output_words());
@@ -69,14 +72,15 @@ class CudaModelRunner final : public ModelRunner {
     }
     HG_CUDA_CHECK(cudaMalloc(&inputs_, inputs_bytes_));
     HG_CUDA_CHECK(cudaMalloc(&out_tokens_, output_words() * sizeof(std::int32_t)));
-    out_logprobs_ = reinterpret_cast<float*>(out_tokens_ + cap);
-    out_top_ = reinterpret_cast<sample::TokenLogprob*>(out_tokens_ + 2 * cap);
+    out_logprobs_ = reinterpret_cast<float*>(out_tokens_ + sampled_capacity_);
+    out_top_ = reinterpret_cast<sample::TokenLogprob*>(out_tokens_ + 2 * sampled_capacity_);
     grow_history(0);
     auto* device_i32 = static_cast<std::int32_t*>(inputs_);
     buffers_.tokens = Tensor::wrap(device_i32, {cap}, DType::i32, Device::cuda);
     buffers_.positions = Tensor::wrap(device_i32 + cap, {cap}, DType::i32, Device::cuda);
     buffers_.slots = Tensor::wrap(device_i32 + 2 * cap, {cap}, DType::i32, Device::cuda);
-    steps_ = reinterpret_cast<std::uint64_t*>(device_i32 + 3 * cap);
+    fed_from_ = device_i32 + 3 * cap;
+    steps_ = reinterpret_cast<std::uint64_t*>(device_i32 + 4 * cap);
     params_ = steps_ + cap;
 
     cuda::prepare_linear(stream_);  // (its memory is taken before the pool is sized, not after)
@@ -122,33 +126,21 @@ class CudaModelRunner final : public ModelRunner {
   double last_step_device_seconds() const override { return last_device_seconds_; }
   bool decodes_with_graphs() const override { return options_.cuda_graphs && graphs_ok_ && !graphs_.empty(); }
   std::int64_t max_step_rows() const override { return capacity_; }
+  std::int64_t max_sampled_rows() const override { return sampled_capacity_; }
 
-  SampledTokens step(const StepRows& rows, const plan::AttentionPlan* plan, const StepSampling* sampling,
-                     const std::function<void()>& while_running, bool plan_prepared) override {
-    HG_CHECK(in_flight_.empty(), "CudaModelRunner::step: ", in_flight_.size(), " decode steps launched and not collected");
-    const int slot = launch(rows, plan, sampling, plan_prepared, false);
-    if (while_running) while_running();  // host work under the device's
-    return collect(slot, rows.size(), sampling != nullptr);
+  void launch(const StepWork& step) override {
+    HG_CHECK(in_flight_.size() < 2, "CudaModelRunner::launch: two steps in flight already");
+    HG_CHECK(step.fed_from.empty() || !in_flight_.empty(),
+             "CudaModelRunner::launch: fed_from needs the step launched last in flight");
+    const int slot = enqueue_step(step);
+    in_flight_.push_back({slot, step.sampling.size()});
   }
 
-  void launch_decode(const StepRows& rows, const plan::AttentionPlan* plan, const StepSampling& sampling,
-                     bool tokens_from_last) override {
-    HG_CHECK(in_flight_.size() < 2, "CudaModelRunner::launch_decode: two steps in flight already");
-    const int slot = launch(rows, plan, &sampling, false, tokens_from_last);
-    in_flight_.push_back({slot, rows.size()});
-  }
-
-  SampledTokens collect_decode() override {
-    HG_CHECK(!in_flight_.empty(), "CudaModelRunner::collect_decode: no step in flight");
-    const auto [slot, rows] = in_flight_.front();
+  SampledTokens collect() override {
+    HG_CHECK(!in_flight_.empty(), "CudaModelRunner::collect: no step in flight");
+    const auto [slot, sampled] = in_flight_.front();
     in_flight_.pop_front();
-    return collect(slot, rows, true);
-  }
-
-  // The next step's plan packed into the attention runner's pinned staging while this step
-  // runs; a plan past the runner's capacity waits for the step (upload grows the runner).
-  void prepare_plan(const plan::AttentionPlan& plan) override {
-    if (attention_ && attention_capacity_.holds(cuda::PlanCapacity::of(plan))) attention_->prepare(plan);
+    return collect(slot, sampled);
   }
 
   void copy_slots(std::span<const std::int32_t> src, std::span<const std::int32_t> dst) override {
@@ -175,7 +167,7 @@ class CudaModelRunner final : public ModelRunner {
   // Two of these, used in turn by the steps launched (launch, collect).
   struct Slot {
     unsigned char* host_inputs = nullptr;  // the pinned mirror of inputs_
-    std::int32_t* host_outputs = nullptr;  // sampled tokens [capacity_], their logprobs, their top-N
+    std::int32_t* host_outputs = nullptr;   // sampled tokens [sampled_capacity_], their logprobs, their top-N
     unsigned char* host_history = nullptr;  // the pinned mirror of history_
     bool top = false;                       // its step's copy out holds the top-N
     cudaEvent_t start = nullptr, stop = nullptr;  // around the step's kernels
@@ -184,94 +176,108 @@ class CudaModelRunner final : public ModelRunner {
 
   // Enqueues a step in the next slot and returns the slot. That slot's last step has been
   // collected: at most two steps are launched and not collected, and they are collected in
-  // order. tokens_from_last: the input tokens are the ones the last step's sampling wrote into
-  // the input block (sample_rows' tokens_copy; the host's copy of the block skips them), so no
-  // copy stands between the two steps on the device.
-  int launch(const StepRows& rows, const plan::AttentionPlan* plan, const StepSampling* sampling, bool plan_prepared,
-             bool tokens_from_last) {
+  // order. Fed rows: the last step's sampling wrote its tokens into the input block (sample_rows'
+  // tokens_copy), so where row r is fed from row r (the batch kept its first rows) the host's
+  // copy of the block skips them and nothing stands between the two steps on the device; other
+  // fed rows are gathered from its sampled tokens.
+  int enqueue_step(const StepWork& step) {
+    const StepRows& rows = step.rows;
+    const plan::AttentionPlan* plan = step.plan ? &*step.plan : nullptr;
     check_step_rows(rows, config(), kv_, plan);
-    const std::int64_t n = rows.size();
-    HG_CHECK(n <= capacity_, "CudaModelRunner::step: ", n, " rows, the buffers hold ", capacity_);
-    HG_CHECK(!tokens_from_last || (sampling != nullptr && n == last_sampled_rows_),
-             "CudaModelRunner::launch_decode: tokens from the last step need a decode step of its ", last_sampled_rows_,
-             " rows, got ", n);
-    const bool graphed = sampling != nullptr && options_.cuda_graphs && graphs_ok_;
-    // Decode steps are padded to their bucket with or without graphs, so both run the same
-    // GEMM shapes and give the same tokens.
-    const std::int64_t padded = sampling != nullptr ? std::min(bucket_for(n), capacity_) : n;
+    const std::int64_t n = rows.size(), sampled = step.sampling.size();
+    const auto fed = static_cast<std::int64_t>(step.fed_from.size());
+    HG_CHECK(n <= capacity_ && sampled <= sampled_capacity_ && sampled <= n && fed <= sampled,
+             "CudaModelRunner::launch: ", n, " rows (the buffers hold ", capacity_, "), ", sampled, " sampled (at most ",
+             sampled_capacity_, "), ", fed, " fed");
+    bool in_order = true;  // row r fed from row r
+    for (std::int64_t r = 0; r < fed; ++r) {
+      HG_CHECK(step.fed_from[r] >= 0 && step.fed_from[r] < last_sampled_rows_, "CudaModelRunner::launch: fed_from[", r,
+               "] = ", step.fed_from[r], " is not a sampled row of the last step (", last_sampled_rows_, ")");
+      in_order &= step.fed_from[r] == r;
+    }
+    // A decode step is padded to its bucket and replays a graph; a step with prefill rows runs
+    // as it is, eagerly.
+    const bool decode_only = !step.has_prefill_rows() && sampled > 0;
+    const std::int64_t padded = decode_only ? std::min(bucket_for(n), sampled_capacity_) : n;
+    const std::int64_t logit_rows = decode_only ? padded : sampled;
     const int k = next_slot_;
     next_slot_ ^= 1;
     Slot& slot = slots_[k];
     // Host work first: the inputs and the plan packed into pinned staging.
-    const std::size_t input_bytes = stage_inputs(rows, padded, sampling, slot.host_inputs);
-    const std::size_t history_bytes = sampling != nullptr ? stage_history(*sampling, padded, slot) : 0;
-    slot.top = sampling != nullptr && std::any_of(sampling->params.begin(), sampling->params.end(),
-                                                  [](const sample::SamplingParams& p) { return p.logprobs > 0; });
-    if (plan != nullptr && !(plan_prepared && attention_ && attention_->has_prepared()))
-      prepare_upload(*plan);  // (else packed during the last step: prepare_plan)
-    // The input block from the host; after a step in flight, from its positions on: that step's
-    // sampling wrote its tokens into the block's tokens (sample_rows' tokens_copy).
-    const std::size_t skip = tokens_from_last ? capacity_ * sizeof(std::int32_t) : 0;
+    const std::size_t input_bytes = stage_inputs(step, padded, logit_rows, slot.host_inputs);
+    const std::size_t history_bytes = logit_rows > 0 ? stage_history(step.sampling, logit_rows, slot) : 0;
+    slot.top = std::any_of(step.sampling.params.begin(), step.sampling.params.end(),
+                           [](const sample::SamplingParams& p) { return p.logprobs > 0; });
+    if (plan != nullptr) prepare_upload(*plan);
+    const std::size_t skip = in_order ? fed * sizeof(std::int32_t) : 0;
     HG_CUDA_CHECK(cudaMemcpyAsync(static_cast<unsigned char*>(inputs_) + skip, slot.host_inputs + skip,
                                   input_bytes - skip, cudaMemcpyHostToDevice, stream_));
     if (history_bytes > 0)
       HG_CUDA_CHECK(cudaMemcpyAsync(history_, slot.host_history, history_bytes, cudaMemcpyHostToDevice, stream_));
+    if (!in_order) {
+      Tensor tokens = buffers_.tokens.slice(0, 0, fed);
+      cuda::gather_rows(Tensor::wrap(out_tokens_, {last_sampled_rows_}, DType::i32, Device::cuda),
+                        Tensor::wrap(fed_from_, {fed}, DType::i32, Device::cuda), tokens, stream_);
+    }
     if (plan != nullptr) attention_->upload_prepared(stream_);  // one asynchronous copy on the step's stream
 
     HG_CUDA_CHECK(cudaEventRecord(slot.start, stream_));
-    if (graphed) {
+    // RoPE writes this step's K/V; only a decode step's slots are never a stacked segment's.
+    const bool attention_after_rope = decode_only;
+    if (decode_only && options_.cuda_graphs && graphs_ok_) {
       const std::pair<std::int64_t, int> key{padded, plan ? attention_->launch_variant() : -1};
       auto it = graphs_.find(key);
       if (it == graphs_.end()) it = capture(key, plan != nullptr);
       if (it != graphs_.end()) HG_CUDA_CHECK(cudaGraphLaunch(it->second[k], stream_));
-      else enqueue(padded, plan != nullptr, true);  // capture failed: eager from now on
+      else enqueue(padded, plan != nullptr, padded, true);  // capture failed: eager from now on
     } else {
-      enqueue(padded, plan != nullptr, sampling != nullptr);
+      enqueue(padded, plan != nullptr, logit_rows, attention_after_rope);
     }
     HG_CUDA_CHECK(cudaEventRecord(slot.stop, stream_));
-    if (sampling != nullptr) {
-      // tokens [0, n) and logprobs [capacity_, capacity_ + n) in one copy, and the rows' top-N
-      // after them where a row asked
-      const std::int64_t words = slot.top ? 2 * capacity_ + n * kTopWords : capacity_ + n;
+    if (sampled > 0) {
+      // tokens [0, sampled) and logprobs [sampled_capacity_, sampled_capacity_ + sampled) in one
+      // copy, and the rows' top-N after them where a row asked
+      const std::int64_t words = slot.top ? 2 * sampled_capacity_ + sampled * kTopWords : sampled_capacity_ + sampled;
       HG_CUDA_CHECK(cudaMemcpyAsync(slot.host_outputs, out_tokens_, words * sizeof(std::int32_t),
                                     cudaMemcpyDeviceToHost, stream_));
     }
     HG_CUDA_CHECK(cudaEventRecord(slot.done, stream_));
-    last_sampled_rows_ = sampling != nullptr ? n : -1;
+    last_sampled_rows_ = sampled;
     return k;
   }
 
-  // Waits for the step launched in `slot` (n rows) and returns its tokens if it sampled.
-  SampledTokens collect(int k, std::int64_t n, bool sampled) {
+  // Waits for the step launched in `slot` and returns the tokens of its `sampled` rows.
+  SampledTokens collect(int k, std::int64_t sampled) {
     Slot& slot = slots_[k];
     HG_CUDA_CHECK(cudaEventSynchronize(slot.done));
     float ms = 0;
     HG_CUDA_CHECK(cudaEventElapsedTime(&ms, slot.start, slot.stop));
     last_device_seconds_ = ms * 1e-3;
     SampledTokens out;
-    if (sampled) {
-      const auto* logprobs = reinterpret_cast<const float*>(slot.host_outputs + capacity_);
-      out.tokens.assign(slot.host_outputs, slot.host_outputs + n);
-      out.logprobs.assign(logprobs, logprobs + n);
-      if (slot.top) {
-        const auto* top = reinterpret_cast<const sample::TokenLogprob*>(slot.host_outputs + 2 * capacity_);
-        out.top.assign(top, top + n * sample::kMaxTopLogprobs);
-      }
+    const auto* logprobs = reinterpret_cast<const float*>(slot.host_outputs + sampled_capacity_);
+    out.tokens.assign(slot.host_outputs, slot.host_outputs + sampled);
+    out.logprobs.assign(logprobs, logprobs + sampled);
+    if (slot.top && sampled > 0) {
+      const auto* top = reinterpret_cast<const sample::TokenLogprob*>(slot.host_outputs + 2 * sampled_capacity_);
+      out.top.assign(top, top + sampled * sample::kMaxTopLogprobs);
     }
     return out;
   }
 
-  // Rows [0, n) from `rows`, [n, padded) padding: token 0 at position 0 into the sink page.
-  // The host block mirrors the device one (tokens, positions, slots, steps, params at capacity
-  // each); one copy moves it up to the end of the last array the step uses: returns its bytes.
-  std::size_t stage_inputs(const StepRows& rows, std::int64_t padded, const StepSampling* sampling,
+  // Rows [0, n) from the step, [n, padded) padding: token 0 at position 0 into the sink page.
+  // The host block mirrors the device one (tokens, positions, slots, fed_from, steps, params at
+  // capacity each); one copy moves it up to the end of the last array the step uses: returns
+  // its bytes. Sampling entries for `logit_rows` rows (padding: greedy, step 0).
+  std::size_t stage_inputs(const StepWork& step, std::int64_t padded, std::int64_t logit_rows,
                            unsigned char* host_inputs) {
-    const std::int64_t n = rows.size();
+    const StepRows& rows = step.rows;
+    const std::int64_t n = rows.size(), sampled = step.sampling.size();
     const auto sink = static_cast<std::int32_t>(kv_pages_ * kv_.page_size);
     auto* tokens = reinterpret_cast<std::int32_t*>(host_inputs);
     std::int32_t* positions = tokens + capacity_;
     std::int32_t* slots = tokens + 2 * capacity_;
-    auto* steps = reinterpret_cast<std::uint64_t*>(tokens + 3 * capacity_);
+    std::int32_t* fed_from = tokens + 3 * capacity_;
+    auto* steps = reinterpret_cast<std::uint64_t*>(tokens + 4 * capacity_);
     auto* params = reinterpret_cast<sample::SamplingParams*>(steps + capacity_);
     for (std::int64_t r = 0; r < padded; ++r) {
       const bool real = r < n;
@@ -279,17 +285,16 @@ class CudaModelRunner final : public ModelRunner {
       positions[r] = real ? rows.positions[r] : 0;
       slots[r] = real && rows.slots[r] >= 0 ? rows.slots[r] : sink;
     }
-    std::size_t end = reinterpret_cast<unsigned char*>(slots + padded) - host_inputs;
-    if (sampling != nullptr) {
-      HG_CHECK(static_cast<std::int64_t>(sampling->params.size()) == n &&
-                   sampling->steps.size() == sampling->params.size(),
-               "CudaModelRunner::step: one sampling entry per row expected, got ", sampling->params.size(), " for ",
-               n, " rows");
-      for (std::int64_t r = 0; r < padded; ++r) {
-        params[r] = r < n ? sampling->params[r] : sample::SamplingParams{};
-        steps[r] = r < n ? sampling->steps[r] : 0;
+    std::copy(step.fed_from.begin(), step.fed_from.end(), fed_from);
+    std::size_t end = reinterpret_cast<unsigned char*>(step.fed_from.empty() ? slots + padded
+                                                                              : fed_from + step.fed_from.size()) -
+                      host_inputs;
+    if (logit_rows > 0) {
+      for (std::int64_t r = 0; r < logit_rows; ++r) {
+        params[r] = r < sampled ? step.sampling.params[r] : sample::SamplingParams{};
+        steps[r] = r < sampled ? step.sampling.steps[r] : 0;
       }
-      end = reinterpret_cast<unsigned char*>(params + padded) - host_inputs;
+      end = reinterpret_cast<unsigned char*>(params + logit_rows) - host_inputs;
     }
     return end;
   }
@@ -327,10 +332,10 @@ class CudaModelRunner final : public ModelRunner {
       s.host_history = pinned<unsigned char>(static_cast<std::int64_t>(bytes));
     }
   }
-  // The offsets' part of the history buffers: capacity_ + 1 rows, rounded up to 8 bytes.
-  std::size_t history_offsets_bytes() const { return ((capacity_ + 2) / 2) * 2 * sizeof(std::int32_t); }
-  // 32-bit words of the output block: tokens and logprobs [capacity_] each, then the top-N.
-  std::int64_t output_words() const { return 2 * capacity_ + capacity_ * kTopWords; }
+  // The offsets' part of the history buffers: sampled_capacity_ + 1 rows, rounded up to 8 bytes.
+  std::size_t history_offsets_bytes() const { return ((sampled_capacity_ + 2) / 2) * 2 * sizeof(std::int32_t); }
+  // 32-bit words of the output block: tokens and logprobs [sampled_capacity_] each, then the top-N.
+  std::int64_t output_words() const { return 2 * sampled_capacity_ + sampled_capacity_ * kTopWords; }
 
   // The plan packed for the attention runner's buffers (its upload_prepared copies it); a plan
   // past its capacity makes a larger runner (and drops the graphs that captured the old one's
@@ -352,12 +357,15 @@ class CudaModelRunner final : public ModelRunner {
     attention_->prepare(plan);
   }
 
-  void enqueue(std::int64_t rows, bool attend, bool sample) {
+  // The forward pass of `rows` rows, logits and sampling of the first logit_rows of them.
+  // attention_after_rope: the attention may start as RoPE's programmatic dependent (only where
+  // RoPE writes no slot of a stacked segment: PagedAttentionArgs::q_from_previous_launch).
+  void enqueue(std::int64_t rows, bool attend, std::int64_t logit_rows, bool attention_after_rope) {
     auto k_slots = [this](std::int64_t l) { return kv_.k_slots(l); };
     auto v_slots = [this](std::int64_t l) { return kv_.v_slots(l); };
     LlamaCuda::AttendFn attention;
     if (attend) {
-      attention = [this](std::int64_t l, const Tensor& q, Tensor& o, Tensor& lse) {
+      attention = [this, attention_after_rope](std::int64_t l, const Tensor& q, Tensor& o, Tensor& lse) {
         cuda::PagedAttentionArgs args;
         args.q = q.raw();
         args.k_pool = kv_.k[static_cast<std::size_t>(l)].raw();
@@ -365,14 +373,12 @@ class CudaModelRunner final : public ModelRunner {
         args.out = o.raw();
         args.out_lse = lse.data<float>();
         args.page_size = kv_.page_size;
-        // RoPE just wrote q and this step's own K/V slots (a sequence's pages, a node being
-        // prefilled, the sink): never a stacked segment's, so the shared launch may overlap it.
-        args.q_from_previous_launch = true;
+        args.q_from_previous_launch = attention_after_rope;
         attention_->run(args, stream_);
       };
     }
-    model_.forward_rows(rows, buffers_, k_slots, v_slots, attention, sample, stream_);
-    if (sample) {
+    model_.forward_rows(rows, buffers_, k_slots, v_slots, attention, logit_rows > 0, stream_, logit_rows);
+    if (logit_rows > 0) {
       cuda::SamplingArgs args;
       args.params = static_cast<const sample::SamplingParams*>(params_);
       args.steps = steps_;
@@ -384,7 +390,7 @@ class CudaModelRunner final : public ModelRunner {
       args.logprobs = out_logprobs_;
       args.top = out_top_;
       args.tokens_copy = buffers_.tokens.data<std::int32_t>();  // the next step's inputs, if it follows on the device
-      cuda::sample_rows(buffers_.logits.slice(0, 0, rows), args, stream_);
+      cuda::sample_rows(buffers_.logits.slice(0, 0, logit_rows), args, stream_);
     }
   }
 
@@ -406,7 +412,7 @@ class CudaModelRunner final : public ModelRunner {
       cudaGraph_t graph = nullptr;
       HG_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       try {
-        enqueue(key.first, attend, true);
+        enqueue(key.first, attend, key.first, true);
       } catch (...) {
         cudaStreamEndCapture(stream_, &graph);
         if (graph) cudaGraphDestroy(graph);
@@ -431,29 +437,30 @@ class CudaModelRunner final : public ModelRunner {
   LlamaCuda model_;
   RunnerOptions options_;
   const cuda::KernelOverrides kernel_overrides_ = cuda::kernel_overrides_from_environment();  // (read once)
-  std::int64_t capacity_ = 0, kv_pages_ = 0;
+  std::int64_t capacity_ = 0, sampled_capacity_ = 0, kv_pages_ = 0;
   LlamaCuda::StepBuffers buffers_;
   PagedKv kv_;
   std::unique_ptr<cuda::PagedAttentionRunner> attention_;
   cuda::PlanCapacity attention_capacity_;
   cudaStream_t stream_ = nullptr;
-  // Step inputs: tokens, positions, slots (i32), steps (u64), params, capacity_ each; buffers_'
-  // tokens, positions and slots are views of the device block.
+  // Step inputs: tokens, positions, slots, fed_from (i32), steps (u64), params, capacity_ each;
+  // buffers_' tokens, positions and slots are views of the device block.
   std::size_t inputs_bytes_ = 0;
   void* inputs_ = nullptr;
-  std::uint64_t* steps_ = nullptr;  // in inputs_
+  std::int32_t* fed_from_ = nullptr;  // in inputs_
+  std::uint64_t* steps_ = nullptr;    // in inputs_
   void* params_ = nullptr;          // in inputs_
   std::array<Slot, 2> slots_;
   int next_slot_ = 0;
-  std::deque<std::pair<int, std::int64_t>> in_flight_;  // launch_decode's steps: slot, rows
-  std::int64_t last_sampled_rows_ = -1;                 // rows of the step launched last (-1: it did not sample)
-  // Step outputs: sampled tokens [capacity_], then their logprobs [capacity_], then their
-  // top-N [capacity_, kMaxTopLogprobs].
+  std::deque<std::pair<int, std::int64_t>> in_flight_;  // steps launched: slot, sampled rows
+  std::int64_t last_sampled_rows_ = 0;                  // sampled rows of the step launched last
+  // Step outputs: sampled tokens [sampled_capacity_], then their logprobs [sampled_capacity_],
+  // then their top-N [sampled_capacity_, kMaxTopLogprobs].
   std::int32_t* out_tokens_ = nullptr;
-  float* out_logprobs_ = nullptr;            // out_tokens_ + capacity_
-  sample::TokenLogprob* out_top_ = nullptr;  // out_tokens_ + 2 * capacity_
-  // Penalty history: offsets [capacity_ + 1] (history_offsets_bytes), then history_capacity_
-  // entries.
+  float* out_logprobs_ = nullptr;            // out_tokens_ + sampled_capacity_
+  sample::TokenLogprob* out_top_ = nullptr;  // out_tokens_ + 2 * sampled_capacity_
+  // Penalty history: offsets [sampled_capacity_ + 1] (history_offsets_bytes), then
+  // history_capacity_ entries.
   void* history_ = nullptr;
   std::int64_t history_capacity_ = 0;
   GraphMap graphs_;

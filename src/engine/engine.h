@@ -1,181 +1,153 @@
-// Engine: requests in, completions out. Prompts go into a radix tree over token ids (kv/),
-// so any shared prefix structure becomes shared segments on its own; each segment is
-// prefilled once, then every running sequence emits one token per decode step, attention
-// reading the tree through the plan (plan/). See src/engine/README.md for who owns what.
+// Engine: requests in, completions out, as a long-lived service. Prompts go into a radix tree
+// over token ids (kv/), so any shared prefix structure becomes shared segments on its own, and
+// the tree outlives requests (a prefix cache). Each step runs every decoding sequence's next
+// token and prefill chunks in what is left of a token budget (continuous batching: requests
+// join and leave at step boundaries). See src/engine/README.md for who owns what.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/model_runner.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
 #include "kv/page_pool.h"
 #include "kv/radix_tree.h"
-#include "sample/sampling.h"
 
 namespace hydragen::engine {
 
-struct GenerationRequest {
-  std::vector<std::int32_t> prompt;  // >= 1 token
-  int n = 1;                         // samples; sample i uses seed sampling.seed + i
-  sample::SamplingParams sampling;
-  std::int64_t max_new_tokens = 128;
-  std::vector<std::int32_t> stop_token_ids;
-  std::vector<std::string> stop_strings;  // needs EngineOptions::detokenize
-  // An explicit sharing spec: prompt token counts where the tree must have a segment
-  // boundary (e.g. after a system prompt, after a document), besides the automatic ones.
-  std::vector<std::int64_t> segment_ends;
-  // Read at most this many prompt tokens from the shared tree (-1: all); the rest of the
-  // prompt is copied into the sequence's own pages: sharing limited to a root prefix, as
-  // the paper's one-level baseline of its two-level experiment.
-  std::int64_t max_shared_tokens = -1;
-};
-
-struct Completion {
-  int request = 0, sample = 0;
-  std::vector<std::int32_t> tokens;
-  std::vector<float> logprobs;     // log-probability of each token under the model
-  std::string finish_reason;       // "stop" (a stop token or string), "length", or "error"
-  std::string error;               // why a malformed request failed (it fails alone)
-  bool kv_pool_full = false;       // failed only because the KV pool can never hold it at once
-};
-
 struct EngineOptions {
   AttentionMode attention = AttentionMode::hydragen;  // none: attention skipped, projections kept
-  std::int64_t prefill_chunk_tokens = 2048;  // rows per prefill step
-  std::int64_t max_running = 1024;           // sequences decoded together
+  // Rows one step may hold, decode rows included: every decoding sequence's next token, then
+  // prefill chunks in what is left, so a long prompt arrives over several steps while the
+  // others keep decoding. Capped at the runner's max_step_rows().
+  std::int64_t max_step_tokens = 2048;
+  std::int64_t max_running = 1024;  // sequences admitted at once (prefilling or decoding)
   // Token ids -> text, for stop strings.
   std::function<std::string(std::span<const std::int32_t>)> detokenize;
-  // Called with (completion index, token) as each token is sampled.
-  std::function<void(std::size_t, std::int32_t)> on_token;
-  // Called with a completion once it is final (finished, or failed with its error), so a
-  // caller can write it out at once: a long run loses nothing already done.
+  // Called from inside step() for every token sampled (its time: when it reached the host), and
+  // once per completion when it is final (finished, cancelled, or failed with its error).
+  std::function<void(const TokenEvent&)> on_token;
   std::function<void(const Completion&)> on_finish;
-  // Build the next decode step's attention plan while the device runs this one (used only
-  // when the next step's layout turns out identical; off: every plan built in its own step).
-  // Only without overlap_steps, which builds every plan while the step before runs.
-  bool plan_ahead = true;
-  // Launch the next decode step before collecting the one the device is running, its input
-  // tokens fed on the device (ModelRunner::launch_decode), so that the host's work between two
-  // steps (bookkeeping, the next layout, plan and inputs, the launch) runs under the device's
-  // and the device never waits for it. Only while the batch stays the same and every sequence
-  // has a next token to make: a sequence that stops at a stop token (which no one can foresee)
-  // is computed once more and that row dropped; a join, or a finish by length, runs the next
-  // step after the last is collected. The same tokens either way.
+  // Launch each step before collecting the one the device runs, its decode rows' input tokens
+  // fed on the device (StepWork::fed_from), so the host's work between two steps (collecting,
+  // scheduling, layout, plan, inputs) runs under the device's. A sequence that stops at a stop
+  // token (which nobody can foresee) is computed once more and that row dropped. The same
+  // tokens either way.
   bool overlap_steps = true;
 };
 
+// Timing and storage of what ran (benchmarks, `hydragen generate`'s summary).
 struct EngineStats {
+  // Wall time of steps without decode rows (prefill only), and of the others.
   double prefill_seconds = 0, decode_seconds = 0;
   std::int64_t prefill_tokens = 0, decode_tokens = 0, decode_steps = 0;
+  std::int64_t mixed_steps = 0;  // steps holding decode rows and prefill chunks
   std::int64_t peak_kv_pages = 0, peak_running = 0;
   // At the step with the most context held: tokens whose K/V is stored (once) versus what
   // storing every sequence's whole context separately would take.
   std::int64_t stored_tokens = 0, per_sequence_tokens = 0;
-  // Decode steps whose plan was built during the step before (EngineOptions::plan_ahead), and
-  // plans built ahead that the next step could not use (its layout had changed).
-  std::int64_t plans_built_ahead = 0, plans_ahead_discarded = 0;
-  // Decode steps launched before the step before them was collected (EngineOptions::
-  // overlap_steps), and rows of such steps dropped because their sequence had stopped.
+  // Steps launched before the one before them was collected, and rows of such steps dropped
+  // because their sequence had stopped or left the batch.
   std::int64_t overlapped_steps = 0, dropped_rows = 0;
+};
+
+// What a server exports: counters since the engine was made, and gauges of now.
+struct EngineMetrics {
+  std::int64_t requests = 0;  // submitted, malformed ones included
+  // Completions (one per sample) by finish reason.
+  std::int64_t finished_stop = 0, finished_length = 0, finished_cancelled = 0, finished_error = 0;
+  std::int64_t prompt_tokens = 0;     // of the requests admitted to the queue, once per request
+  std::int64_t generated_tokens = 0;  // handed to on_token
+  // Per sequence admitted (a resumed one again): prompt tokens it needs from the tree, and of
+  // those, found there with their K/V (not prefilled again).
+  std::int64_t prefix_cache_query_tokens = 0, prefix_cache_hit_tokens = 0;
+  std::int64_t preemptions = 0;
+  std::int64_t running = 0, waiting = 0;  // sequences now (running: prefilling or decoding)
+  // KV pages: all, in use, held only by the prefix cache (evictable), and read by tree segments
+  // that two or more sequences hold.
+  std::int64_t kv_pages = 0, kv_pages_used = 0, kv_pages_cached = 0, kv_pages_shared = 0;
 };
 
 class Engine {
  public:
   Engine(ModelRunner& runner, EngineOptions options);
   ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
 
-  // Runs every request to completion; completions in request order, samples in order.
+  // Queues a request (any time between steps); it joins the batch at a step boundary. A
+  // malformed one fails at once, alone: its completions carry "error" and why (on_finish).
+  RequestId submit(GenerationRequest request);
+  // Cancels every sample of a request (unknown or finished: nothing happens). At the next
+  // step's start its waiting samples finish unstarted and its running ones finish "cancelled",
+  // their own pages back in the pool.
+  void cancel(RequestId request);
+  // One scheduler iteration: admit what fits, build and launch one step (decode rows and
+  // prefill chunks), collect the step before it (overlap_steps) or this one. False when
+  // nothing waits, runs or is in flight.
+  bool step();
+  // Steps until idle.
+  void run();
+  // Submits every request and runs; completions in request order, samples in order.
   std::vector<Completion> generate(std::span<const GenerationRequest> requests);
 
-  // The step-level API that generate() is made of (benchmarks drive it directly).
-  // submit: queues the request's samples; returns the index of its first completion.
-  std::size_t submit(const GenerationRequest& request, int request_index);
-  // Admits waiting sequences while pages last and prefills their new segments.
-  // Returns how many sequences are running.
+  // Benchmarks and tests: admits what fits and runs prefill-only steps until every admitted
+  // sequence is ready to decode; returns how many sequences are running.
   std::int64_t admit_and_prefill();
-  // One decode step over every running sequence; finished ones leave. False when idle. With
-  // overlap_steps: collects one step (launching it first if none is in flight), and launches
-  // the next one before that when it can follow.
-  bool decode_step();
-  // Collects every decode step in flight (overlap_steps).
-  void drain();
-  // Turns overlap_steps on or off (off: drains first).
-  void set_overlap_steps(bool on);
-  // Admits and decodes until nothing waits or runs.
-  void run();
-  // Benchmarks: every running sequence gains `tokens` suffix tokens without computing them
+  // Benchmarks: every decoding sequence gains `tokens` suffix tokens without computing them
   // (their K/V slots keep whatever the pool holds), to time a step at a later suffix length.
-  // Drains first.
   void skip_suffix_tokens(std::int64_t tokens);
-  std::int64_t running() const;
-  std::int64_t waiting() const;
-  const std::vector<Completion>& completions() const { return completions_; }
+  // Turns overlap_steps on or off (off: collects the step in flight first).
+  void set_overlap_steps(bool on);
+  void drain();  // collects every step in flight
+
+  std::int64_t running() const { return scheduler_.admitted(); }
+  std::int64_t waiting() const { return scheduler_.waiting(); }
+  EngineMetrics metrics() const;
   const EngineStats& stats() const { return stats_; }
   const kv::PagePool& pool() const { return pool_; }
 
  private:
-  struct Sequence;
-  bool try_admit(Sequence& seq);
-  std::int64_t shared_tokens_of(const GenerationRequest& request) const;
-  void prefill(const std::vector<kv::NodeId>& nodes);
-  void finish(Sequence& seq, const char* reason);
-  // Whether finish() ran for it (its completion has a finish reason; its pages went back, and a
-  // step in flight may still hold its row).
-  bool finished(const Sequence& seq) const;
+  struct RequestState {
+    std::shared_ptr<const GenerationRequest> request;
+    std::vector<Sequence*> live;     // by sample; null once finished
+    std::vector<Completion> kept;    // generate(): the final completions, by sample
+    int unfinished = 0;
+    bool keep = false;
+  };
+  RequestId submit(GenerationRequest request, bool keep);
+  void apply_cancellations();
+  void launch(const ScheduledStep& work);
+  // Collects the oldest step in flight: its tokens, stops and finishes. Whether it had decode rows.
+  bool collect();
+  void take_token(Sequence& seq, std::int32_t token, float logprob, std::chrono::steady_clock::time_point time);
   bool hit_stop_string(const Sequence& seq) const;
-  // The running sequences' layout `ahead` decode steps from now, if none leaves or joins.
-  plan::PagedLayout decode_layout(int ahead = 0) const;
-  // Whether every running sequence takes part in the next decode step as well (none finishes
-  // by length in this one, each has pages for it): only then is a plan built ahead, or
-  // (overlap_steps) the next step launched before this one is collected.
-  bool all_continue_after_this_step() const;
-  // decode_step without overlap_steps: build (or take the plan built ahead), run, collect.
-  bool decode_step_in_place();
-  // The rows and sampling of a decode step of every running sequence, each `ahead` steps past
-  // the tokens it holds (`layout`: decode_layout(ahead)); records the step's stored and
-  // per-sequence tokens.
-  void decode_inputs(const plan::PagedLayout& layout, int ahead, StepRows& rows, StepSampling& sampling);
-  // overlap_steps: launch a decode step of every running sequence, each `ahead` steps past
-  // the tokens it has (0, or 1 with the step before still in flight: its tokens come from it).
-  void launch_decode(int ahead);
-  // ... and collect the oldest step in flight: its tokens, stops and finishes.
-  void collect_decode();
-  // Whether the next step can be launched before the one in flight is collected: the batch
-  // is the one in flight and every sequence has a token to make after it.
-  bool next_step_can_follow() const;
-  // The completion bookkeeping of one sampled token; false when the sequence finished.
-  bool take_token(Sequence& seq, std::int32_t token, float logprob);
+  void finish(Sequence& seq, const char* reason, const std::string& error = {}, bool pool_full = false);
+  void record(const Completion& c);  // metrics, on_finish, the request's bookkeeping
 
   ModelRunner& runner_;
   EngineOptions options_;
   kv::PagePool pool_;
   std::unique_ptr<kv::RadixTree> tree_;
-  std::deque<GenerationRequest> requests_;  // stable addresses: sequences point into it
-  std::deque<std::unique_ptr<Sequence>> waiting_;  // admitted in submission order
-  std::vector<std::unique_ptr<Sequence>> running_;
-  std::vector<Completion> completions_;
-  EngineStats stats_;
-  // The next decode step's plan and the layout it was built for (EngineOptions::plan_ahead).
-  struct PlanAhead {
-    plan::PagedLayout layout;
-    plan::AttentionPlan plan;  // handed to the runner's prepare_plan when built
-  };
-  std::optional<PlanAhead> plan_ahead_;
-  // overlap_steps: the steps launched and not yet collected, oldest first, with their rows'
-  // sequences (a sequence that finished stays alive in retired_ until no step holds it).
+  Scheduler scheduler_;
+  std::unordered_map<RequestId, RequestState> requests_;  // not finished, or kept
+  std::vector<RequestId> cancelled_;
+  RequestId next_request_ = 0;
+  std::uint64_t next_arrival_ = 0;
+  // The steps launched and not collected, oldest first, with their decode rows' sequences.
   struct InFlight {
-    std::vector<Sequence*> rows;
-    std::uint64_t batch = 0;  // batch_ when launched
+    std::vector<RowRef> rows;
   };
   std::deque<InFlight> in_flight_;
-  std::uint64_t batch_ = 0;  // changes whenever a sequence joins or leaves running_
-  std::vector<std::unique_ptr<Sequence>> retired_;
+  EngineStats stats_;
+  EngineMetrics counters_;  // the counters; metrics() adds the gauges
 };
 
 }  // namespace hydragen::engine

@@ -1,4 +1,4 @@
-// ModelRunner's default overlapped decode: the step runs at once, and the K/V pool's size
+// The host runners' launch and collect (the step runs at once), and the K/V pool's size
 // (model_runner.h).
 #include "engine/model_runner.h"
 
@@ -42,24 +42,31 @@ std::int64_t kv_pool_pages(const RunnerOptions& options, std::int64_t bytes_per_
   return std::min(pages, max_pages);
 }
 
-void ModelRunner::launch_decode(const StepRows& rows, const plan::AttentionPlan* plan, const StepSampling& sampling,
-                                bool tokens_from_last) {
-  HG_CHECK(launched_.size() < 2, "ModelRunner::launch_decode: two steps in flight already");
-  const StepRows* input = &rows;
+void HostModelRunner::launch(const StepWork& step) {
+  HG_CHECK(launched_.size() < 2, "ModelRunner::launch: two steps in flight already");
+  const StepRows* rows = &step.rows;
   StepRows fed;
-  if (tokens_from_last) {
-    HG_CHECK(!launched_.empty() && static_cast<std::int64_t>(launched_.back().tokens.size()) == rows.size(),
-             "ModelRunner::launch_decode: tokens_from_last needs the step before in flight with as many rows (",
-             launched_.empty() ? 0 : launched_.back().tokens.size(), " for ", rows.size(), ")");
-    fed = rows;
-    fed.tokens = launched_.back().tokens;
-    input = &fed;
+  if (!step.fed_from.empty()) {
+    HG_CHECK(!launched_.empty(), "ModelRunner::launch: fed_from needs the step launched last in flight");
+    fed = step.rows;
+    for (std::size_t r = 0; r < step.fed_from.size(); ++r) {
+      const std::int32_t from = step.fed_from[r];
+      HG_CHECK(from >= 0 && static_cast<std::size_t>(from) < last_tokens_.size(), "ModelRunner::launch: fed_from[",
+               r, "] = ", from, " is not a sampled row of the last step (", last_tokens_.size(), " rows)");
+      fed.tokens[r] = last_tokens_[static_cast<std::size_t>(from)];
+    }
+    rows = &fed;
   }
-  launched_.push_back(step(*input, plan, &sampling, {}, false));
+  HG_CHECK(step.sampling.size() <= rows->size() && step.sampling.steps.size() == step.sampling.params.size() &&
+               static_cast<std::int64_t>(step.fed_from.size()) <= step.sampling.size(),
+           "ModelRunner::launch: ", step.sampling.size(), " sampled rows and ", step.fed_from.size(),
+           " fed rows for ", rows->size(), " rows (sampled rows <= rows, fed rows <= sampled rows)");
+  launched_.push_back(compute(*rows, step.plan ? &*step.plan : nullptr, step.sampling));
+  last_tokens_ = launched_.back().tokens;
 }
 
-SampledTokens ModelRunner::collect_decode() {
-  HG_CHECK(!launched_.empty(), "ModelRunner::collect_decode: no step in flight");
+SampledTokens HostModelRunner::collect() {
+  HG_CHECK(!launched_.empty(), "ModelRunner::collect: no step in flight");
   SampledTokens out = std::move(launched_.front());
   launched_.pop_front();
   return out;

@@ -1,14 +1,14 @@
 // ModelRunner: the engine's one door to a model on a device. A step takes rows (new tokens,
-// their positions and K/V slots), the attention plan over the runner's page pool, and, for a
-// decode step, one sampling row per sequence; it returns the sampled tokens. The CPU runner
-// is the Llama fp32 forward pass with the plan executed by cpu::run_attention_plan; the CUDA
-// runner is its bf16 twin with CUDA graphs (engine/cuda_model_runner.cpp).
+// their positions and K/V slots), the attention plan over the runner's page pool, and one
+// sampling row per decode row; launch enqueues it, collect returns its sampled tokens. The CPU
+// runner is the Llama fp32 forward pass with the plan executed by cpu::run_attention_plan; the
+// CUDA runner is its bf16 twin with CUDA graphs (engine/cuda_model_runner.cpp).
 #pragma once
 
 #include <cstdint>
 #include <deque>
-#include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -30,17 +30,21 @@ struct RunnerOptions {
   int page_size = 64;
   std::int64_t kv_pages = 0;         // 0: from kv_memory_bytes
   std::int64_t kv_memory_bytes = 0;  // 0: the device's free memory after weights, less a reserve (CUDA); kCpuKvBytes (CPU)
-  std::int64_t max_batch = 1024;     // decode rows a step may hold (CUDA graph buckets up to it)
+  std::int64_t max_batch = 1024;     // decode rows a step may sample (CUDA graph buckets up to it)
+  // Rows one step may hold, prefill rows included (the CUDA runner's activation buffers; its
+  // logits hold max_batch rows). 0: max(max_batch, 512).
+  std::int64_t max_step_rows = 0;
   bool cuda_graphs = true;
 };
 
-// A decode step's sampling: params and the generation step of each row (the random stream),
+// A step's sampling: params and the generation step of each sampled row (the random stream),
 // and the penalty history of each row (sample::HeldTokens; rows without penalties hold
-// none). Rows' input tokens (StepRows::tokens) complete the history.
+// none). Rows' input tokens (StepRows::tokens, or the fed tokens) complete the history.
 struct StepSampling {
   std::vector<sample::SamplingParams> params;
   std::vector<std::uint64_t> steps;
   sample::TokenHistory history;
+  std::int64_t size() const { return static_cast<std::int64_t>(params.size()); }
 };
 struct SampledTokens {
   std::vector<std::int32_t> tokens;
@@ -48,6 +52,19 @@ struct SampledTokens {
   // Row r's top-N (N = its params' logprobs), most likely first: top[r * kMaxTopLogprobs + j]
   // for j < min(N, vocab). Empty when no row of the step asked for any.
   std::vector<sample::TokenLogprob> top;
+};
+
+// One forward step: the decode rows first (each sampled: one `sampling` entry per row, in
+// order), then the prefill rows (K/V written, no logits). Rows [0, fed_from.size()) take as
+// input token the one that the step launched just before sampled for its row fed_from[r]
+// (rows.tokens is not read there), so a step can follow the last one before its tokens reach
+// the host. No plan: attention skipped (`none`).
+struct StepWork {
+  StepRows rows;
+  std::optional<plan::AttentionPlan> plan;
+  StepSampling sampling;
+  std::vector<std::int32_t> fed_from;
+  bool has_prefill_rows() const { return rows.size() > sampling.size(); }
 };
 
 class ModelRunner {
@@ -58,42 +75,41 @@ class ModelRunner {
   virtual std::int64_t kv_pages() const = 0;
   virtual std::int64_t kv_bytes_per_token() const = 0;
   virtual std::string device_name() const = 0;
-  // Most rows one step may hold (prefill chunks are cut to it).
+  // Most rows one step may hold, and most of them sampled.
   virtual std::int64_t max_step_rows() const = 0;
+  virtual std::int64_t max_sampled_rows() const { return max_step_rows(); }
   // Plan options the device's kernels want (split-KV slots, tile rows).
   virtual plan::PlanOptions plan_options(AttentionMode mode) const = 0;
-  // Runs one step. plan == nullptr: attention skipped (`none`). With `sampling` (one entry
-  // per row) returns one sampled token per row; without, only writes K/V (prefill).
-  // while_running (may be empty): host work done while the device runs the step (the engine
-  // builds the next step's plan there); a runner that computes on the host calls it after.
-  // plan_prepared: `plan` is the one last handed to prepare_plan, with no step in between.
-  virtual SampledTokens step(const StepRows& rows, const plan::AttentionPlan* plan, const StepSampling* sampling,
-                             const std::function<void()>& while_running, bool plan_prepared) = 0;
-  // From a step's while_running: the plan the next step gets if nobody finishes or joins. A
-  // runner may do that plan's host-side upload work now (the CUDA runner packs it into pinned
-  // staging); the next step says with plan_prepared whether its plan is this one.
-  virtual void prepare_plan(const plan::AttentionPlan& plan) { (void)plan; }
-  // Overlapped decode (EngineOptions::overlap_steps). launch_decode enqueues a decode step
-  // and may return before it has run; collect_decode waits for the oldest step launched and
-  // not yet collected and returns its tokens. With tokens_from_last, row r's input token is
-  // the one the step launched just before sampled for its row r (it had the same rows, in the
-  // same order; rows.tokens is not read): a step can follow the last before its tokens reach
-  // the host. At most two steps are launched and not collected, and step() is called only
-  // when none is. The default runs step() at once and keeps its tokens (a runner that
-  // computes on the host).
-  virtual void launch_decode(const StepRows& rows, const plan::AttentionPlan* plan, const StepSampling& sampling,
-                             bool tokens_from_last);
-  virtual SampledTokens collect_decode();
-  // K/V of slot src[i] copied to slot dst[i] in every layer (the dense mode's own copies).
+  // launch enqueues a step and may return before it has run; collect waits for the oldest
+  // step launched and not collected and returns its sampled tokens (none for a step without
+  // sampled rows). At most two steps are launched and not collected; fed_from is non-empty
+  // only while the step launched last is one of them.
+  virtual void launch(const StepWork& step) = 0;
+  virtual SampledTokens collect() = 0;
+  // K/V of slot src[i] copied to slot dst[i] in every layer (a sequence's copy of its prompt),
+  // after every step launched before it and before every step launched after it.
   virtual void copy_slots(std::span<const std::int32_t> src, std::span<const std::int32_t> dst) = 0;
-  // Seconds of device time of the last step when the runner can tell (CUDA events), else -1;
-  // with launch_decode, of the step collected last.
+  // Seconds of device time of the step collected last when the runner can tell (CUDA events), else -1.
   virtual double last_step_device_seconds() const { return -1; }
   // Whether decode steps replay captured CUDA graphs (they have, and capture has not failed).
   virtual bool decodes_with_graphs() const { return false; }
+};
+
+// A runner that computes on the host: launch runs the step at once (its fed tokens taken from
+// the last step's) and keeps the tokens for collect.
+class HostModelRunner : public ModelRunner {
+ public:
+  void launch(const StepWork& step) final;
+  SampledTokens collect() final;
+
+ protected:
+  // Runs `rows` (input tokens resolved) and samples the first sampling.size() rows.
+  virtual SampledTokens compute(const StepRows& rows, const plan::AttentionPlan* plan,
+                                const StepSampling& sampling) = 0;
 
  private:
-  std::deque<SampledTokens> launched_;  // the default launch_decode's steps, not collected
+  std::deque<SampledTokens> launched_;  // not collected
+  std::vector<std::int32_t> last_tokens_;  // of the step launched last
 };
 
 // The fp32 CPU runner over `weights` (f32 CPU tensors).

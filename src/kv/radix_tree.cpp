@@ -118,7 +118,9 @@ NodeId RadixTree::split(NodeId id, std::int64_t k) {
 
   upper.node = RadixNode{lower.parent, {lower.tokens.begin(), lower.tokens.begin() + k},
                          {lower.pages.begin(), lower.pages.begin() + ceil_div(boundary, page_size)},
-                         lower.first_slot, lower.depth_tokens, lower.filled, lower.locks, lower.last_used};
+                         lower.first_slot, lower.depth_tokens, std::min(lower.filled_tokens, k),
+                         lower.filled_tokens >= k, lower.locks, lower.last_used};
+  lower.filled_tokens = std::max<std::int64_t>(0, lower.filled_tokens - k);
   if (boundary % page_size != 0) pool_.retain(lower.pages[first_lower_page]);  // now in both parts
 
   lower.tokens.erase(lower.tokens.begin(), lower.tokens.begin() + k);
@@ -163,10 +165,40 @@ std::optional<std::vector<NodeId>> RadixTree::insert(std::span<const std::int32_
   return std::move(w.path);
 }
 
+void RadixTree::set_filled_tokens(NodeId id, std::int64_t tokens) {
+  check_live(id, "set_filled_tokens");
+  HG_CHECK(id != kRoot, "RadixTree::set_filled_tokens: node id must not be kRoot");
+  RadixNode& node = slots_[id].node;
+  const auto size = static_cast<std::int64_t>(node.tokens.size());
+  HG_CHECK(tokens >= node.filled_tokens && tokens <= size, "RadixTree::set_filled_tokens: node ", id, " has ",
+           node.filled_tokens, " of ", size, " tokens filled; ", tokens, " must be in [", node.filled_tokens, ", ",
+           size, "]");
+  node.filled_tokens = tokens;
+  node.filled = tokens == size;
+}
+
 void RadixTree::set_filled(NodeId id) {
   check_live(id, "set_filled");
-  HG_CHECK(id != kRoot, "RadixTree::set_filled: node id must not be kRoot");
-  slots_[id].node.filled = true;
+  set_filled_tokens(id, static_cast<std::int64_t>(slots_[id].node.tokens.size()));
+}
+
+RadixTree::PageUse RadixTree::page_use() const {
+  // A page at a split boundary is listed by two nodes: it counts as locked if either is.
+  std::unordered_map<std::int32_t, int> holders;  // page -> most locks of a node listing it
+  for (NodeId id = 1; id < static_cast<NodeId>(slots_.size()); ++id) {
+    if (!slots_[id].live) continue;
+    for (const std::int32_t page : slots_[id].node.pages) {
+      int& locks = holders.try_emplace(page, 0).first->second;
+      locks = std::max(locks, slots_[id].node.locks);
+    }
+  }
+  PageUse use;
+  for (const auto& [page, locks] : holders) {
+    use.locked += locks > 0;
+    use.shared += locks > 1;
+    use.cached += locks == 0;
+  }
+  return use;
 }
 
 void RadixTree::lock(std::span<const NodeId> path) {

@@ -13,6 +13,8 @@
 //   node, even one just inserted, may be evicted by the next insert or make_room.
 // - Node ids: a live node's id never changes. Ids of evicted nodes are reused (LIFO), which
 //   cannot happen to a node while it is locked.
+// - Prefill progress: a node's first filled_tokens tokens have K/V. A split divides it
+//   between the parts, so a prompt may share a node that is still being prefilled.
 // - Splits: insert may split a node N at k tokens. N's id stays with the LOWER part
 //   (tokens [k, L), its children, the tail pages); a new node with a new id takes the upper
 //   part and becomes N's parent. So a held path that went through N is stale (it misses
@@ -44,7 +46,8 @@ struct RadixNode {
   std::vector<std::int32_t> pages;    // ceil((first_slot + tokens.size()) / page_size) ids
   int first_slot = 0;                 // offset of tokens[0] inside pages[0]
   std::int64_t depth_tokens = 0;      // tokens on the path above: tokens[0]'s context position
-  bool filled = false;                // K/V computed (the engine prefills, then set_filled)
+  std::int64_t filled_tokens = 0;     // tokens[0, filled_tokens) have K/V (the engine prefills in chunks)
+  bool filled = false;                // filled_tokens == tokens.size()
   int locks = 0;                      // sequences / prefills using it
   std::uint64_t last_used = 0;        // logical clock of the last insert/lock touching it
 };
@@ -78,6 +81,9 @@ class RadixTree {
   std::vector<NodeId> path_to(NodeId id) const;
   std::vector<NodeId> node_ids() const;  // live nodes, kRoot excluded, ascending
 
+  // The node's first `tokens` tokens have K/V (0 <= tokens <= its length; never fewer than
+  // before); set_filled(id) marks all of them.
+  void set_filled_tokens(NodeId id, std::int64_t tokens);
   void set_filled(NodeId id);
   // locks + 1 on each node and touches last_used. `path` is root-first and current (as
   // returned by insert, match or path_to); an empty path is a no-op.
@@ -91,6 +97,13 @@ class RadixTree {
   // can never be met and evicts nothing.
   bool make_room(std::int64_t pages);
   void evict_all_unlocked();
+
+  // Pages by who holds them: `locked` by a node some sequence holds (of those, `shared` by a
+  // node held twice or more), `cached` by unlocked nodes only (what eviction can free).
+  struct PageUse {
+    std::int64_t locked = 0, shared = 0, cached = 0;
+  };
+  PageUse page_use() const;
 
   std::int64_t nodes() const { return live_nodes_; }            // kRoot excluded
   std::int64_t cached_tokens() const { return cached_tokens_; }  // sum over live nodes

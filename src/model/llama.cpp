@@ -42,8 +42,11 @@ Tensor Llama::mlp_block(std::int64_t layer, const Tensor& x) const {
   return linear(gate, w.w_down);
 }
 
-Tensor Llama::forward_paged(const StepRows& rows, const plan::AttentionPlan* plan, PagedKv& kv, bool logits) const {
+Tensor Llama::forward_paged(const StepRows& rows, const plan::AttentionPlan* plan, PagedKv& kv, bool logits,
+                            std::int64_t logit_rows) const {
   check_step_rows(rows, config_, kv, plan);
+  HG_CHECK(logit_rows <= rows.size(), "Llama::forward_paged: logits of ", logit_rows, " rows asked, the step has ",
+           rows.size());
   HG_CHECK(kv.layers() == config_.num_layers && kv.k[0].dtype() == DType::f32 && kv.k[0].device() == Device::cpu,
            "Llama::forward_paged: the pool must be f32 on the CPU with ", config_.num_layers, " layers");
   const std::int64_t n = rows.size(), d = config_.head_dim, hkv = config_.num_kv_heads;
@@ -67,7 +70,8 @@ Tensor Llama::forward_paged(const StepRows& rows, const plan::AttentionPlan* pla
     add_into(x, linear(o.reshape({n, config_.q_size()}), w.wo, w.bo));
     add_into(x, mlp_block(layer, x));
   }
-  if (!logits) return {};
+  if (!logits || logit_rows == 0) return {};
+  if (logit_rows >= 0) x = x.slice(0, 0, logit_rows);
   return linear(rms_norm(x, weights_.final_norm, static_cast<float>(config_.rms_norm_eps)), weights_.lm_head);
 }
 

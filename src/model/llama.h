@@ -23,10 +23,12 @@ class Llama {
 
   const ModelConfig& config() const { return config_; }
 
-  // One step over a paged pool: each row's K/V is written at its slot, then attention reads
-  // the pool through `plan` (nullptr: attention skipped and o = q, the `none` mode). kv must
-  // be f32 on the CPU. Returns logits f32 [rows, vocab] when `logits`, else an undefined tensor.
-  Tensor forward_paged(const StepRows& rows, const plan::AttentionPlan* plan, PagedKv& kv, bool logits) const;
+  // One step over a paged pool (the engine's path): each row's K/V is written at its slot,
+  // then attention reads the pool through `plan` (nullptr: attention skipped and o = q, the
+  // `none` mode). kv must be f32 on the CPU. Returns logits f32 [rows, vocab] when `logits`
+  // (of the first logit_rows rows only when that is >= 0), else an undefined tensor.
+  Tensor forward_paged(const StepRows& rows, const plan::AttentionPlan* plan, PagedKv& kv, bool logits,
+                       std::int64_t logit_rows = -1) const;
 
  private:
   struct Qkv {

@@ -103,7 +103,7 @@ LlamaCuda::LlamaCuda(ModelConfig config, const LlamaWeights& weights) : config_(
   }
 }
 
-LlamaCuda::StepBuffers LlamaCuda::new_step_buffers(std::int64_t rows) const {
+LlamaCuda::StepBuffers LlamaCuda::new_step_buffers(std::int64_t rows, std::int64_t logit_rows) const {
   const std::int64_t hidden = config_.hidden_size, d = config_.head_dim;
   const std::int64_t hq = config_.num_heads, hkv = config_.num_kv_heads;
   auto bf16 = [&](std::vector<std::int64_t> shape) { return Tensor::zeros(std::move(shape), DType::bf16, Device::cuda); };
@@ -120,15 +120,19 @@ LlamaCuda::StepBuffers LlamaCuda::new_step_buffers(std::int64_t rows) const {
   b.delta = bf16({rows, hidden});
   b.gate_up = bf16({rows, 2 * config_.intermediate_size});
   b.act = bf16({rows, config_.intermediate_size});
-  b.logits = Tensor::zeros({rows, config_.vocab_size}, DType::f32, Device::cuda);
+  b.logits = Tensor::zeros({logit_rows >= 0 ? std::min(logit_rows, rows) : rows, config_.vocab_size}, DType::f32,
+                          Device::cuda);
   b.lse = Tensor::zeros({rows, hq}, DType::f32, Device::cuda);
   return b;
 }
 
 void LlamaCuda::forward_rows(std::int64_t rows, StepBuffers& b, const std::function<Tensor(std::int64_t)>& k_slots,
                              const std::function<Tensor(std::int64_t)>& v_slots, const AttendFn& attend, bool logits,
-                             void* stream) const {
+                             void* stream, std::int64_t logit_rows) const {
   HG_CHECK(rows > 0 && rows <= b.capacity, "LlamaCuda::forward_rows: ", rows, " rows for buffers of ", b.capacity);
+  if (logits && logit_rows < 0) logit_rows = rows;
+  HG_CHECK(!logits || logit_rows <= std::min(rows, b.logits.size(0)), "LlamaCuda::forward_rows: logits of ",
+           logit_rows, " rows asked, the step has ", rows, " and the buffers hold ", b.logits.size(0));
   const std::int64_t d = config_.head_dim, hq = config_.num_heads, hkv = config_.num_kv_heads;
   const auto eps = static_cast<float>(config_.rms_norm_eps);
   auto first = [rows](const Tensor& t) { return t.slice(0, 0, rows); };
@@ -152,11 +156,14 @@ void LlamaCuda::forward_rows(std::int64_t rows, StepBuffers& b, const std::funct
     cuda::silu_mul(gate_up, act, stream);
     cuda::linear(act, layer.w_down, delta, stream);
   }
-  if (!logits) return;
-  cuda::add_rms_norm(x, delta, final_norm_, eps, h, stream);
+  if (!logits || logit_rows == 0) return;
+  // Only the rows that are sampled: the final norm and lm_head of the first logit_rows.
+  auto head = [logit_rows](const Tensor& t) { return t.slice(0, 0, logit_rows); };
+  Tensor x_head = head(x), h_head = head(h);
+  cuda::add_rms_norm(x_head, head(delta), final_norm_, eps, h_head, stream);
   // f32 logits: bf16 rounding (a step of 1/32 at |8|) would tie close greedy candidates.
-  Tensor out = first(b.logits);
-  cuda::linear(h, lm_head_, out, stream);
+  Tensor out = head(b.logits);
+  cuda::linear(h_head, lm_head_, out, stream);
 }
 
 }  // namespace hydragen

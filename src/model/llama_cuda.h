@@ -31,7 +31,7 @@ class LlamaCuda {
   const ModelConfig& config() const { return config_; }
 
   // Device buffers of a batched step for up to `rows` rows (inputs i32, activations bf16,
-  // logits f32, attention lse f32).
+  // logits f32 for logit_rows of them (-1: all), attention lse f32).
   struct StepBuffers {
     std::int64_t capacity = 0;
     Tensor tokens, positions, slots;           // i32 [rows]
@@ -39,7 +39,7 @@ class LlamaCuda {
     Tensor logits;                             // f32 [rows, vocab]
     Tensor lse;                                // f32 [rows, Hq]
   };
-  StepBuffers new_step_buffers(std::int64_t rows) const;
+  StepBuffers new_step_buffers(std::int64_t rows, std::int64_t logit_rows = -1) const;
   // attend(layer, q, o, lse): enqueue layer `layer`'s attention of q bf16 [rows, Hq, d] into
   // o bf16 [rows, Hq, d] (lse f32 [rows, Hq] is scratch it may write). It is enqueued right
   // after the RoPE launch that writes q and this step's K/V slots, which lets a programmatic
@@ -48,11 +48,12 @@ class LlamaCuda {
   // Enqueues on `stream` the forward pass of the first `rows` rows of `b`, whose tokens,
   // positions and slots are already on the device: each row's K/V goes to its slot of
   // kv_slots(layer) (k, v bf16 [slots, Hkv, d]); `attend` null skips attention (o = q, the
-  // `none` mode). With `logits`, b.logits' first rows get f32 logits. No allocation and no
-  // host synchronisation: capturable in a CUDA graph.
+  // `none` mode). With `logits`, b.logits' first rows get f32 logits (only the first
+  // logit_rows when that is >= 0). No allocation and no host synchronisation: capturable in a
+  // CUDA graph.
   void forward_rows(std::int64_t rows, StepBuffers& b, const std::function<Tensor(std::int64_t)>& k_slots,
                     const std::function<Tensor(std::int64_t)>& v_slots, const AttendFn& attend, bool logits,
-                    void* stream) const;
+                    void* stream, std::int64_t logit_rows = -1) const;
 
  private:
   struct Layer {

@@ -145,4 +145,30 @@ void copy_slots(const Tensor& src_slots, const Tensor& dst_slots, Tensor& pool) 
   for (std::int64_t i = 0; i < n; ++i) std::memcpy(base + dst[i] * row_bytes, base + src[i] * row_bytes, row_bytes);
 }
 
+void gather_rows(const Tensor& src, const Tensor& index, Tensor& dst) {
+  HG_CHECK(index.defined() && index.rank() == 1 && index.dtype() == DType::i32 && index.device() == Device::cpu &&
+               index.is_contiguous(),
+           "gather_rows: index must be a contiguous i32 CPU tensor [m], got ",
+           index.defined() ? index.shape_str() : std::string("nothing"));
+  auto check_rows = [](const char* name, const Tensor& t) {
+    HG_CHECK(t.defined() && t.rank() >= 1 && t.device() == Device::cpu && t.is_contiguous(), "gather_rows: ", name,
+             " must be a contiguous CPU tensor [rows, ...], got ", t.defined() ? t.shape_str() : std::string("nothing"));
+  };
+  check_rows("src", src);
+  check_rows("dst", dst);
+  const std::int64_t rows = dst.size(0), src_rows = src.size(0);
+  const std::size_t row_bytes = rows > 0 ? dst.bytes() / static_cast<std::size_t>(rows) : 0;
+  HG_CHECK(src.dtype() == dst.dtype() && index.size(0) == rows &&
+               (rows == 0 || src_rows * row_bytes == src.bytes()),
+           "gather_rows: dst ", dst.shape_str(), " ", dtype_name(dst.dtype()), " must have one row per index (",
+           index.shape_str(), ") of src's dtype and row size, src ", src.shape_str(), " ", dtype_name(src.dtype()));
+  const std::int32_t* from = index.data<std::int32_t>();
+  for (std::int64_t r = 0; r < rows; ++r) {
+    HG_CHECK(from[r] >= 0 && from[r] < src_rows, "gather_rows: index[", r, "] = ", from[r], " is outside src's rows [0, ",
+             src_rows, ")");
+    std::memcpy(static_cast<unsigned char*>(dst.raw()) + r * row_bytes,
+                static_cast<const unsigned char*>(src.raw()) + from[r] * row_bytes, row_bytes);
+  }
+}
+
 }  // namespace hydragen

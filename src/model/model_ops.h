@@ -33,4 +33,9 @@ void add_into(Tensor& x, const Tensor& y);
 // must lie in the pool, destinations must be distinct and no destination may be a source.
 void copy_slots(const Tensor& src_slots, const Tensor& dst_slots, Tensor& pool);
 
+// dst row r = src row index[r] (rows: the first dimension; any dtype, copied as bytes). src
+// [n, ...] and dst [m, ...] contiguous CPU tensors of one dtype and row size, index i32 [m],
+// every index in [0, n).
+void gather_rows(const Tensor& src, const Tensor& index, Tensor& dst);
+
 }  // namespace hydragen

@@ -260,9 +260,10 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
   std::int64_t shared_base_items = 0;
   for (int i = 0; i < num_segments; ++i) {
     const auto& seg = layout.segments[i];
-    stacked[i] = options.mode == AttentionMode::hydragen && seg.tokens > 0 &&
-                 seg.tokens >= options.min_segment_tokens_to_stack &&
-                 static_cast<int>(readers[i].size()) >= std::max(1, options.min_sharers_to_stack);
+    stacked[i] = seg.tokens > 0 && (seg.always_stack || (options.mode == AttentionMode::hydragen &&
+                                                         seg.tokens >= options.min_segment_tokens_to_stack &&
+                                                         static_cast<int>(readers[i].size()) >=
+                                                             std::max(1, options.min_sharers_to_stack)));
     if (stacked[i]) shared_base_items += hkv * ceil_div(rows_below[i], options.shared_tile_rows);
   }
   // Keys sequence s reads in its own suffix items: its suffix and its path's segments that are
@@ -270,7 +271,7 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
   auto own_keys = [&](int s, bool with_stacking) {
     std::int64_t own = layout.sequences[s].suffix_tokens;
     for (int p : path[s])
-      if (!(with_stacking && stacked[p])) own += layout.segments[p].tokens;
+      if (!(stacked[p] && (with_stacking || layout.segments[p].always_stack))) own += layout.segments[p].tokens;
     return own;
   };
   // Fold everything back when stacking would not shorten the suffix launch by a quarter (see
@@ -288,8 +289,11 @@ AttentionPlan build_attention_plan(const PagedLayout& layout, const PlanOptions&
       return ceil_div(items, std::max(options.suffix_slots, 1)) * longest;
     };
     if (4 * suffix_cost(true) > 3 * suffix_cost(false)) {
-      std::fill(stacked.begin(), stacked.end(), 0);
       shared_base_items = 0;
+      for (int i = 0; i < num_segments; ++i) {
+        stacked[i] = stacked[i] && layout.segments[i].always_stack;
+        if (stacked[i]) shared_base_items += hkv * ceil_div(rows_below[i], options.shared_tile_rows);
+      }
     }
   }
   // Full tiles (PlanOptions::shared_full_tile_slots): when at least half of the stacked work

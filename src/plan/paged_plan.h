@@ -78,6 +78,9 @@ struct PagedLayout {
     std::int64_t tokens = 0;
     std::vector<std::int32_t> pages;  // ceil((first_slot + tokens) / page_size) page ids
     std::int32_t first_slot = 0;      // slot of the first token in pages[0], [0, page_size)
+    // Stacked in every mode, whatever its readers and length: the engine's prefill segments,
+    // read by the many query rows of one chunk (the fold rule never unstacks them).
+    bool always_stack = false;
     bool operator==(const SegmentPages&) const = default;
   };
   struct SequencePages {

@@ -290,17 +290,19 @@ __global__ void embed_rows_kernel(const bf16_t* table, const int* tokens, bf16_t
   for (int i = threadIdx.x; i < hidden; i += blockDim.x) o[i] = row[i];
 }
 
-// Thread i of the grid-stride loop copies 16-byte chunk i % chunks of pair i / chunks (chunk =
-// 16 bytes when the row allows it, else 1 byte): whole rows move as coalesced 16-byte loads.
+// Row copies by index: thread i of the grid-stride loop copies chunk i % chunks of copy
+// i / chunks, from src row src_index[c] to dst row dst_index[c] (row c without dst_index); a copy
+// naming a row outside its tensor is skipped. Chunks of 16 bytes where rows allow it (whole rows
+// move as coalesced 16-byte loads), else 4, else 1.
 template <class Chunk>
-__global__ void copy_slots_kernel(const int* src, const int* dst, std::int64_t pairs, std::int64_t slots,
-                                  std::int64_t chunks, Chunk* pool) {
-  for (std::int64_t index = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; index < pairs * chunks;
-       index += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const std::int64_t pair = index / chunks, chunk = index % chunks;
-    const int s = src[pair], d = dst[pair];
-    if (s < 0 || s >= slots || d < 0 || d >= slots) continue;
-    pool[d * chunks + chunk] = pool[s * chunks + chunk];
+__global__ void copy_rows_kernel(const Chunk* src, const int* src_index, std::int64_t src_rows, Chunk* dst,
+                                 const int* dst_index, std::int64_t dst_rows, std::int64_t copies, std::int64_t chunks) {
+  for (std::int64_t at = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; at < copies * chunks;
+       at += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t copy = at / chunks, chunk = at % chunks;
+    const std::int64_t s = src_index[copy], d = dst_index != nullptr ? dst_index[copy] : copy;
+    if (s < 0 || s >= src_rows || d < 0 || d >= dst_rows) continue;
+    dst[d * chunks + chunk] = src[s * chunks + chunk];
   }
 }
 
@@ -317,6 +319,32 @@ cublasHandle_t cublas_handle() {
 }
 
 constexpr int kThreads = 256;
+
+template <class Chunk>
+void launch_copy_rows(const void* src, const int* src_index, std::int64_t src_rows, void* dst, const int* dst_index,
+                      std::int64_t dst_rows, std::int64_t copies, std::int64_t row_bytes, void* stream) {
+  const std::int64_t chunks = row_bytes / static_cast<std::int64_t>(sizeof(Chunk));
+  // Enough blocks to fill the device; the grid-stride loop does the rest.
+  const auto grid = static_cast<unsigned>(std::min<std::int64_t>((copies * chunks + kThreads - 1) / kThreads, 4096));
+  copy_rows_kernel<<<grid, kThreads, 0, as_stream(stream)>>>(static_cast<const Chunk*>(src), src_index, src_rows,
+                                                             static_cast<Chunk*>(dst), dst_index, dst_rows, copies,
+                                                             chunks);
+  HG_CUDA_CHECK(cudaGetLastError());
+}
+
+void copy_rows(const void* src, const int* src_index, std::int64_t src_rows, void* dst, const int* dst_index,
+               std::int64_t dst_rows, std::int64_t copies, std::int64_t row_bytes, void* stream) {
+  auto aligned = [&](std::int64_t bytes) {
+    return row_bytes % bytes == 0 && reinterpret_cast<std::uintptr_t>(src) % bytes == 0 &&
+           reinterpret_cast<std::uintptr_t>(dst) % bytes == 0;
+  };
+  if (aligned(16))
+    launch_copy_rows<uint4>(src, src_index, src_rows, dst, dst_index, dst_rows, copies, row_bytes, stream);
+  else if (aligned(4))
+    launch_copy_rows<std::uint32_t>(src, src_index, src_rows, dst, dst_index, dst_rows, copies, row_bytes, stream);
+  else
+    launch_copy_rows<unsigned char>(src, src_index, src_rows, dst, dst_index, dst_rows, copies, row_bytes, stream);
+}
 
 }  // namespace
 
@@ -471,6 +499,20 @@ void embed_rows(const Tensor& table, const Tensor& tokens, Tensor& out, void* st
   HG_CUDA_CHECK(cudaGetLastError());
 }
 
+void gather_rows(const Tensor& src, const Tensor& index, Tensor& dst, void* stream) {
+  check_operand("gather_rows", "index", index, DType::i32, 1);
+  HG_CHECK(src.defined() && src.rank() >= 1, "gather_rows: src must be a CUDA tensor [n, ...], got nothing");
+  check_operand("gather_rows", "src", src, src.dtype(), src.rank());
+  check_operand("gather_rows", "dst", dst, src.dtype(), src.rank());
+  const std::int64_t rows = dst.size(0), src_rows = src.size(0);
+  HG_CHECK(index.size(0) == rows && (src_rows == 0 ? dst.numel() == 0 : src.numel() / src_rows * rows == dst.numel()),
+           "gather_rows: index ", index.shape_str(), " and dst ", dst.shape_str(), " must have one row per index, rows "
+           "of src ", src.shape_str());
+  if (rows == 0 || dst.numel() == 0) return;
+  copy_rows(src.raw(), index.data<int>(), src_rows, dst.raw(), nullptr, rows, rows,
+            static_cast<std::int64_t>(dst.bytes()) / rows, stream);
+}
+
 void copy_slots(const Tensor& src_slots, const Tensor& dst_slots, Tensor& pool, void* stream) {
   check_operand("copy_slots", "src_slots", src_slots, DType::i32, 1);
   check_operand("copy_slots", "dst_slots", dst_slots, DType::i32, 1);
@@ -480,22 +522,8 @@ void copy_slots(const Tensor& src_slots, const Tensor& dst_slots, Tensor& pool, 
            dst_slots.shape_str(), " must have the same length");
   const std::int64_t pairs = src_slots.size(0), slots = pool.size(0);
   if (pairs == 0 || pool.numel() == 0) return;
-  const std::int64_t row_bytes = static_cast<std::int64_t>(pool.bytes()) / slots;
-  const int* src = src_slots.data<int>();
-  const int* dst = dst_slots.data<int>();
-  // Enough blocks to fill the device; the grid-stride loop does the rest.
-  auto grid = [&](std::int64_t chunks) {
-    return static_cast<unsigned>(std::min<std::int64_t>((pairs * chunks + kThreads - 1) / kThreads, 4096));
-  };
-  if (row_bytes % 16 == 0 && aligned16({pool.raw()})) {
-    const std::int64_t chunks = row_bytes / 16;
-    copy_slots_kernel<<<grid(chunks), kThreads, 0, as_stream(stream)>>>(src, dst, pairs, slots, chunks,
-                                                                        static_cast<uint4*>(pool.raw()));
-  } else {
-    copy_slots_kernel<<<grid(row_bytes), kThreads, 0, as_stream(stream)>>>(src, dst, pairs, slots, row_bytes,
-                                                                           static_cast<unsigned char*>(pool.raw()));
-  }
-  HG_CUDA_CHECK(cudaGetLastError());
+  copy_rows(pool.raw(), src_slots.data<int>(), slots, pool.raw(), dst_slots.data<int>(), slots, pairs,
+            static_cast<std::int64_t>(pool.bytes()) / slots, stream);
 }
 
 void fill_uniform(Tensor& out, std::uint64_t key, float amplitude, void* stream) {

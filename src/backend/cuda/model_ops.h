@@ -60,6 +60,13 @@ void embed_rows(const Tensor& table, const Tensor& tokens, Tensor& out, void* st
 // a slot outside [0, slots) is skipped, never read or written. Twin: copy_slots.
 void copy_slots(const Tensor& src_slots, const Tensor& dst_slots, Tensor& pool, void* stream = nullptr);
 
+// dst row r = src row index[r] (rows: the first dimension; any dtype, copied as bytes): the
+// engine's input tokens of a step fed from the sampled tokens of the step before. src [n, ...]
+// and dst [m, ...] of one dtype and row size, index i32 [m] on the device; an index outside
+// [0, n) leaves its row unwritten (not checked here: the index lives on the device). Twin:
+// gather_rows.
+void gather_rows(const Tensor& src, const Tensor& index, Tensor& dst, void* stream = nullptr);
+
 // Fills a bf16 tensor on the device with amplitude * counter_uniform(key, i): the same
 // values random_weights makes on the CPU (before its bf16 rounding). Twin: random_weights.
 void fill_uniform(Tensor& out, std::uint64_t key, float amplitude, void* stream = nullptr);
