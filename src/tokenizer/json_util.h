@@ -39,6 +39,17 @@ T optional_field(const Json& obj, const char* key, const T& fallback, const std:
   }
 }
 
+// A special token as tokenizer_config.json writes it: "<s>" or {"content": "<s>", ...}; "" when
+// absent or null. `where` names the file in errors.
+inline std::string token_text(const Json& config, const char* key, const std::string& where) {
+  if (!config.is_object() || !config.contains(key) || config[key].is_null()) return "";
+  const Json& v = config[key];
+  if (v.is_string()) return v.get<std::string>();
+  HG_CHECK(v.is_object() && v.contains("content") && v["content"].is_string(), where, ": ", key,
+           " must be a string or {\"content\": ...}, got ", v.dump());
+  return v["content"].get<std::string>();
+}
+
 // The "type" tag of a normalizer / pre-tokenizer / decoder / model object.
 inline std::string type_tag(const Json& obj, const std::string& where) {
   return require_string(obj, "type", where);

@@ -29,16 +29,6 @@ Json read_optional_json(const fs::path& file) {
   }
 }
 
-// tokenizer_config.json writes a token as "<s>" or {"content": "<s>", ...}.
-std::string token_text(const Json& config, const char* key, const fs::path& file) {
-  if (!config.is_object() || !config.contains(key) || config[key].is_null()) return "";
-  const Json& v = config[key];
-  if (v.is_string()) return v.get<std::string>();
-  HG_CHECK(v.is_object() && v.contains("content") && v["content"].is_string(), file.string(),
-           ": ", key, " must be a string or {\"content\": ...}, got ", v.dump());
-  return v["content"].get<std::string>();
-}
-
 // An id or a list of ids (eos_token_id in Llama 3 generation configs).
 std::vector<TokenId> token_ids(const Json& config, const char* key, const fs::path& file,
                                std::int64_t vocab_size) {
@@ -73,8 +63,8 @@ SpecialTokens read_special_tokens(const Tokenizer& tokenizer, const fs::path& di
   auto known = [&](const std::string& text) -> std::optional<TokenId> {
     return text.empty() ? std::nullopt : tokenizer.token_to_id(text);
   };
-  const std::string bos_text = token_text(tokenizer_config, "bos_token", tc_file);
-  const std::string eos_text = token_text(tokenizer_config, "eos_token", tc_file);
+  const std::string bos_text = tok::token_text(tokenizer_config, "bos_token", tc_file.string());
+  const std::string eos_text = tok::token_text(tokenizer_config, "eos_token", tc_file.string());
   s.bos_id = known(bos_text);
   for (const auto& [json, file] : {std::pair{&generation, gen_file}, std::pair{&config, cfg_file}}) {
     const auto bos = token_ids(*json, "bos_token_id", file, n);
