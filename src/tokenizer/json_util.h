@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/json_reader.h"
 #include "hydragen/error.h"
 
 namespace hydragen::tok {
@@ -42,6 +43,17 @@ T optional_field(const Json& obj, const char* key, const T& fallback, const std:
   } catch (const Json::exception&) {
     fail(where, ".", key, " has the wrong type (", it->type_name(), ")");
   }
+}
+
+// A special token as tokenizer_config.json writes it: "<s>" or {"content": "<s>", ...}; "" when
+// absent or null. `where` names the file in errors.
+inline std::string token_text(const Json& config, const char* key, const std::string& where) {
+  if (!config.is_object() || !config.contains(key) || config[key].is_null()) return "";
+  const Json& v = config[key];
+  if (v.is_string()) return v.get<std::string>();
+  HG_CHECK(v.is_object() && v.contains("content") && v["content"].is_string(), where, ": ", key,
+           " must be a string or {\"content\": ...}, got ", json_excerpt(v));
+  return v["content"].get<std::string>();
 }
 
 // The "type" tag of a normalizer / pre-tokenizer / decoder / model object.

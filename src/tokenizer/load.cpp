@@ -24,16 +24,6 @@ Json read_optional_json(const fs::path& file) {
   return j;
 }
 
-// tokenizer_config.json writes a token as "<s>" or {"content": "<s>", ...}.
-std::string token_text(const Json& config, const char* key, const fs::path& file) {
-  if (!config.is_object() || !config.contains(key) || config[key].is_null()) return "";
-  const Json& v = config[key];
-  if (v.is_string()) return v.get<std::string>();
-  HG_CHECK(v.is_object() && v.contains("content") && v["content"].is_string(), file.string(),
-           ": ", key, " must be a string or {\"content\": ...}, got ", json_excerpt(v));
-  return v["content"].get<std::string>();
-}
-
 // An id or a list of ids (eos_token_id in Llama 3 generation configs).
 std::vector<TokenId> token_ids(const Json& config, const char* key, const fs::path& file,
                                std::int64_t vocab_size) {
@@ -63,9 +53,9 @@ SpecialTokens read_special_tokens(const Tokenizer& tokenizer, const fs::path& di
     return text.empty() ? std::nullopt : tokenizer.token_to_id(text);
   };
   SpecialTokens s;
-  s.bos_id = known(token_text(tokenizer_config, "bos_token", tc_file));
+  s.bos_id = known(tok::token_text(tokenizer_config, "bos_token", tc_file.string()));
   if (!s.bos_id) s.bos_id = from_ids.bos_id;
-  if (auto eos = known(token_text(tokenizer_config, "eos_token", tc_file))) s.eos_ids.push_back(*eos);
+  if (auto eos = known(tok::token_text(tokenizer_config, "eos_token", tc_file.string()))) s.eos_ids.push_back(*eos);
   for (TokenId id : from_ids.eos_ids) add_unique(s.eos_ids, id);
   if (s.bos_id) s.bos_token = tokenizer.id_to_token(*s.bos_id);
   if (!s.eos_ids.empty()) s.eos_token = tokenizer.id_to_token(s.eos_ids.front());
