@@ -1,6 +1,7 @@
 // load_chat_template: where a model folder's chat template comes from, its bos/eos strings, and
 // the errors that name the file.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -109,7 +110,7 @@ TEST_F(ChatTemplateLoader, NoTemplateNamesTheFolder) {
 TEST_F(ChatTemplateLoader, BrokenFilesAreNamed) {
   write("tokenizer_config.json", "{\"chat_template\": ");
   const std::string malformed = load_error();
-  EXPECT_NE(malformed.find("tokenizer_config.json is not valid JSON"), std::string::npos) << malformed;
+  EXPECT_NE(malformed.find("tokenizer_config.json: not valid JSON at byte"), std::string::npos) << malformed;
   write("tokenizer_config.json", Json{{"chat_template", 5}}.dump());
   EXPECT_NE(load_error().find("chat_template must be a string"), std::string::npos);
   write("tokenizer_config.json", Json{{"chat_template", "x"}, {"bos_token", 7}}.dump());
@@ -126,7 +127,18 @@ TEST_F(ChatTemplateLoader, ATemplateThatCannotParseNamesFileAndPosition) {
 
 TEST_F(ChatTemplateLoader, OversizedTemplatesAreRefused) {
   write("chat_template.jinja", std::string((1u << 20) + 1, 'x'));
-  EXPECT_NE(load_error().find("more than the 1048576 allowed"), std::string::npos);
+  EXPECT_NE(load_error().find("is more than the 1 MiB this file may have"), std::string::npos);
+}
+
+// Its files are read as every outside file is: regular files only (a FIFO would block the
+// loader), JSON through the bounded reader (a deep value is refused, naming the file).
+TEST_F(ChatTemplateLoader, FifosAndDeepJsonAreRefusedByName) {
+  ASSERT_EQ(::mkfifo((dir_ / "chat_template.jinja").c_str(), 0600), 0);
+  EXPECT_NE(load_error().find("chat_template.jinja: is a FIFO (named pipe), not a regular file"), std::string::npos);
+  fs::remove(dir_ / "chat_template.jinja");
+  write("tokenizer_config.json", "{\"chat_template\": \"x\", \"d\": " + std::string(100000, '[') +
+                                     std::string(100000, ']') + "}");
+  EXPECT_NE(load_error().find("tokenizer_config.json: JSON nested deeper than 64 levels"), std::string::npos);
 }
 
 TEST_F(ChatTemplateLoader, EveryFixtureLoadsAsAnOverride) {

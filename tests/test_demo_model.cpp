@@ -41,7 +41,7 @@ std::unique_ptr<engine::ModelRunner> small_pool_runner(const DemoModel& m) {
 engine::GenerationRequest greedy_until_eos(const DemoModel& m, const nlohmann::json& prompt, int n = 1) {
   engine::GenerationRequest r = test::greedy_request(ids(prompt.at("ids")),
                                                      m.reference.at("greedy_tokens").get<std::int64_t>(), n);
-  r.stop_token_ids = {static_cast<std::int32_t>(m.config.eos_token_id)};
+  r.stop_token_ids = config_special_tokens(test::demo_model_dir(), m.config.vocab_size).eos_ids;
   return r;
 }
 
@@ -50,8 +50,10 @@ TEST(DemoModel, TokenizerGivesTheTrainingEncodersPromptIds) {
   const auto tokenizer = load_tokenizer(test::demo_model_dir());
   ASSERT_EQ(tokenizer->vocab_size(), m.config.vocab_size);
   ASSERT_TRUE(tokenizer->special_tokens().bos_id.has_value());
-  EXPECT_EQ(*tokenizer->special_tokens().bos_id, m.config.bos_token_id);
-  EXPECT_EQ(tokenizer->special_tokens().eos_ids, std::vector<TokenId>{static_cast<TokenId>(m.config.eos_token_id)});
+  const SpecialTokens from_config = config_special_tokens(test::demo_model_dir(), m.config.vocab_size);
+  EXPECT_EQ(tokenizer->special_tokens().bos_id, from_config.bos_id);
+  ASSERT_EQ(from_config.eos_ids.size(), 1u);
+  EXPECT_EQ(tokenizer->special_tokens().eos_ids, from_config.eos_ids);
   for (const auto& p : m.reference.at("prompts")) {
     EXPECT_EQ(tokenizer->encode(p.at("text").get<std::string>(), true), ids(p.at("ids"))) << p.at("text");
     EXPECT_EQ(tokenizer->decode(ids(p.at("greedy")), false), p.at("greedy_text").get<std::string>());

@@ -2,6 +2,9 @@
 // not supported.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <fstream>
 
 #include <filesystem>
 #include <string>
@@ -14,6 +17,7 @@
 namespace hydragen {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using nlohmann::json;
 
@@ -44,7 +48,7 @@ TEST(ModelConfig, Llama2) {
   EXPECT_EQ(c.parameter_count(), 6738415616);  // Llama-2-7b
 }
 
-TEST(ModelConfig, Llama31RopeScalingAndEosList) {
+TEST(ModelConfig, Llama31RopeScaling) {
   json config = llama2_7b();
   config["num_key_value_heads"] = 8;
   config["rope_theta"] = 500000.0;
@@ -55,7 +59,6 @@ TEST(ModelConfig, Llama31RopeScalingAndEosList) {
   EXPECT_EQ(c.rope.scaling, RopeScaling::llama3);
   EXPECT_EQ(c.rope.factor, 8.0);
   EXPECT_EQ(c.rope.original_max_position_embeddings, 8192);
-  EXPECT_EQ(c.eos_token_id, 128001);
   EXPECT_EQ(c.num_heads / c.num_kv_heads, 4);
 }
 
@@ -164,6 +167,44 @@ TEST(ModelConfig, WrongTypesAndAbsurdSizesAreClearErrors) {
   config = llama2_7b();
   config["max_position_embeddings"] = std::int64_t{1} << 31;
   EXPECT_THAT(error_of(config), HasSubstr("\"max_position_embeddings\" is 2147483648, more than 2147483647"));
+}
+
+// RMSNorm's epsilon outside what any model uses (1e308 swamps every activation) is an error.
+TEST(ModelConfig, AbsurdRmsNormEpsIsAnError) {
+  json config = llama2_7b();
+  for (double eps : {1e308, 0.5, 0.0, -1e-5, 1e-300}) {
+    config["rms_norm_eps"] = eps;
+    EXPECT_THAT(error_of(config), HasSubstr("rms_norm_eps")) << eps;
+  }
+  config["rms_norm_eps"] = 1e-6;
+  EXPECT_EQ(error_of(config), "no error");
+}
+
+// config.json goes through the bounded JSON reader: deep nesting, invalid UTF-8, a FIFO and
+// a directory are each refused naming the file, never a crash or a hang.
+TEST(ModelConfig, HostileConfigFilesAreRefusedByName) {
+  test::ScratchDir dir("config");
+  const auto file = dir.path() / "config.json";
+  auto error_loading = [&] {
+    try {
+      load_model_config(dir.path());
+    } catch (const Error& error) {
+      return std::string(error.what());
+    }
+    return std::string("no error");
+  };
+  std::string text = llama2_7b().dump();
+  std::ofstream(file) << text.substr(0, text.size() - 1) << ", \"x\": " << std::string(100000, '[')
+                      << std::string(100000, ']') << "}";
+  EXPECT_THAT(error_loading(), AllOf(HasSubstr("config.json"), HasSubstr("nested deeper than 64 levels")));
+  std::ofstream(file) << "{\"\xe2\x80\x9chidden_size\xe2\x80\x9d\": 1, \"a\": \"\xff\"}";
+  EXPECT_THAT(error_loading(), AllOf(HasSubstr("config.json"), HasSubstr("invalid UTF-8 at byte 31")));
+  std::filesystem::remove(file);
+  ASSERT_EQ(::mkfifo(file.c_str(), 0600), 0);
+  EXPECT_THAT(error_loading(), HasSubstr("config.json: is a FIFO (named pipe), not a regular file"));
+  std::filesystem::remove(file);
+  std::filesystem::create_directory(file);
+  EXPECT_THAT(error_loading(), HasSubstr("is a directory, not a regular file"));
 }
 
 TEST(ModelPresets, AllLoadWithTheirRealSizes) {

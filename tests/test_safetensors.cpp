@@ -2,6 +2,10 @@
 // checkpoints) and corrupt ones, each a hydragen::Error naming the file and the tensor.
 #include <gtest/gtest.h>
 #include <gmock/gmock.h>
+#include <sys/stat.h>
+
+#include <cmath>
+#include <cstring>
 
 #include <filesystem>
 #include <string>
@@ -163,6 +167,78 @@ TEST(ModelWeights, LoadErrorsNameTheTensor) {
                   },
                   config),
               AllOf(HasSubstr("\"model.norm.weight\" has dtype I32"), HasSubstr("expected F32, F16 or BF16")));
+}
+
+// A NaN or an infinity in a weight is refused at load naming the tensor and the element: it
+// would only come out as finite garbage or a NaN far from its cause.
+TEST(ModelWeights, NonFiniteWeightsAreRefusedNamingTheTensor) {
+  const ModelConfig config = load_model_config(test::model_fixture_dir() / "tiny-llama");
+  auto poison = [](const char* name, std::size_t element, float value) {
+    return [=](std::vector<RawTensor>& tensors) {
+      for (RawTensor& t : tensors)
+        if (t.name == name) std::memcpy(t.bytes.data() + 4 * element, &value, 4);
+    };
+  };
+  EXPECT_THAT(weights_error(poison("model.layers.1.self_attn.k_proj.weight", 77, std::nanf("")), config),
+              AllOf(HasSubstr("model.safetensors"), HasSubstr("\"model.layers.1.self_attn.k_proj.weight\" holds nan"),
+                    HasSubstr("element 77"), HasSubstr("must be finite")));
+  EXPECT_THAT(weights_error(poison("model.norm.weight", 5, -INFINITY), config),
+              AllOf(HasSubstr("\"model.norm.weight\" holds -inf at element 5")));
+  // bf16 storage: the check reads the stored half words (0x7FC0: a bf16 NaN).
+  EXPECT_THAT(weights_error(
+                  [](std::vector<RawTensor>& tensors) {
+                    for (RawTensor& t : tensors) {
+                      if (t.name != "lm_head.weight") continue;
+                      std::vector<std::uint8_t> half(t.bytes.size() / 2);
+                      for (std::size_t i = 0; i < half.size(); i += 2) half[i] = t.bytes[2 * i + 2], half[i + 1] = t.bytes[2 * i + 3];
+                      half[2 * 1000] = 0xC0, half[2 * 1000 + 1] = 0x7F;
+                      t.bytes = half, t.dtype = "BF16";
+                    }
+                  },
+                  config),
+              HasSubstr("\"lm_head.weight\" holds nan at element 1000"));
+}
+
+// Tensors the config does not use mean config.json and the checkpoint disagree (layers past
+// num_hidden_layers, biases the architecture has none of, an lm_head beside tied embeddings):
+// an error naming the tensors and the config, not a model run with part of it ignored.
+TEST(ModelWeights, TensorsTheConfigDoesNotUseAreAnError) {
+  const ModelConfig config = load_model_config(test::model_fixture_dir() / "tiny-llama");
+  ModelConfig fewer = config;
+  fewer.num_layers = 1;
+  EXPECT_THAT(weights_error([](auto&) {}, fewer),
+              AllOf(HasSubstr("9 tensors of the checkpoint (\"model.layers.1."),
+                    HasSubstr("not used by config.json (LlamaForCausalLM with num_hidden_layers 1)")));
+  EXPECT_THAT(weights_error([](auto& t) { t.push_back(f32_tensor("model.layers.0.self_attn.q_proj.bias", {64})); },
+                            config),
+              AllOf(HasSubstr("1 tensor of the checkpoint (\"model.layers.0.self_attn.q_proj.bias\") is not used")));
+  ModelConfig tied = config;
+  tied.tie_word_embeddings = true;
+  EXPECT_THAT(weights_error([](auto&) {}, tied),
+              AllOf(HasSubstr("\"lm_head.weight\" differs from \"model.embed_tokens.weight\""),
+                    HasSubstr("tie_word_embeddings: true")));
+  // An lm_head equal to the embedding agrees with tying; RoPE's inv_freq buffer is derived.
+  EXPECT_EQ(weights_error(
+                [](std::vector<RawTensor>& t) {
+                  std::vector<std::uint8_t> embed;
+                  for (const RawTensor& x : t) if (x.name == "model.embed_tokens.weight") embed = x.bytes;
+                  for (RawTensor& x : t) if (x.name == "lm_head.weight") x.bytes = embed;
+                  t.push_back(f32_tensor("model.layers.0.self_attn.rotary_emb.inv_freq", {8}));
+                },
+                tied),
+            "no error");
+}
+
+// A checkpoint file that is a FIFO would block the loader: it is refused by name.
+TEST(Safetensors, FifoIsRefusedByName) {
+  test::ScratchDir dir("st");
+  ASSERT_EQ(::mkfifo((dir.path() / "model.safetensors").c_str(), 0600), 0);
+  try {
+    Checkpoint checkpoint(dir.path());
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("model.safetensors: is a FIFO (named pipe), not a regular file"));
+  }
 }
 
 TEST(ModelWeights, RandomWeightsAreDeterministic) {

@@ -17,6 +17,7 @@
 #include "bench_report.h"
 #include "build_info.h"
 #include "cli_parse.h"
+#include "device_choice.h"
 #include "engine/engine.h"
 #include "hydragen/error.h"
 #include "model/paged_kv.h"
@@ -33,7 +34,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct E2eOptions {
-  std::string device = "cuda";
+  std::string device = "auto";
   std::string presets = "codellama-13b";
   std::string batch = "32,128,512,1024";  // 2048 too when asked (13B/7B report it X: their K/V does not fit one H200)
   std::string prefix = "1K,2K,4K,8K,16K";
@@ -380,6 +381,7 @@ void run_two_level(engine::ModelRunner& runner, const ModelConfig& config, const
 }
 
 void run_e2e(const E2eOptions& o) {
+  const std::string device = cli::pick_device(o.device);
   const auto batches = cli::parse_count_list(o.batch, "--batch");
   const auto prefixes = cli::parse_count_list(o.prefix, "--prefix");
   std::vector<AttentionMode> modes;
@@ -391,14 +393,14 @@ void run_e2e(const E2eOptions& o) {
                         {"date", cli::utc_now_iso()}};
   double gemm_flops = 0, copy_bytes = 0;
 #ifdef HYDRAGEN_WITH_CUDA
-  if (o.device == "cuda") {
+  if (device == "cuda") {
     const cuda::DeviceCeilings c = cuda::measure_ceilings();
     report["device"] = c.device_name;
     gemm_flops = c.gemm_tflops * 1e12, copy_bytes = c.copy_tb_per_s * 1e12;
     report["ceilings"] = {{"gemm_tflops", c.gemm_tflops}, {"copy_tb_per_s", c.copy_tb_per_s}};
   }
 #endif
-  if (o.device != "cuda") report["device"] = "cpu";
+  if (device != "cuda") report["device"] = "cpu";
   report["settings"] = {{"new_tokens", o.new_tokens}, {"steps", o.steps}, {"full_seconds", o.full_seconds},
                         {"sample_points", o.sample_points}, {"sampling", "temperature 1, seed per sequence"},
                         {"overlap_steps", o.overlap_steps},
@@ -428,7 +430,7 @@ void run_e2e(const E2eOptions& o) {
     // A batch whose own K/V (new_tokens per sequence) exceeds what this device could hold
     // after the weights can never run (13B and 7B at 2048 on one H200): its points are X
     // without a run, and the runner is not sized for it.
-    const bool cuda = o.device == "cuda";
+    const bool cuda = device == "cuda";
     const double per_token = double(PagedKv::bytes_per_token(config, cuda ? DType::bf16 : DType::f32));
     double kv_ceiling = double(engine::kCpuKvBytes);
 #ifdef HYDRAGEN_WITH_CUDA
@@ -517,7 +519,7 @@ void run_e2e(const E2eOptions& o) {
                           : "-",
                       skipped ? row["skip_reason"].get<std::string>().c_str()
                               : (std::string(row["sampled"].get<bool>() ? "sampled " : "") +
-                                 (o.device == "cuda" && !row["cuda_graphs"].get<bool>() ? "no-graphs" : ""))
+                                 (device == "cuda" && !row["cuda_graphs"].get<bool>() ? "no-graphs" : ""))
                                     .c_str());
           std::fflush(stdout);
           rows.push_back(row);
@@ -533,7 +535,7 @@ void run_e2e(const E2eOptions& o) {
 void register_bench_e2e(CLI::App& bench) {
   auto o = std::make_shared<E2eOptions>();
   CLI::App* cmd = bench.add_subcommand("e2e", "End-to-end decode throughput (the paper's Fig. 3/4 protocol)");
-  cmd->add_option("--device", o->device, "cuda or cpu")->capture_default_str();
+  cmd->add_option("--device", o->device, cli::kDeviceHelp)->capture_default_str();
   cmd->add_option("--presets", o->presets, "Model presets (random weights), comma-separated")->capture_default_str();
   cmd->add_option("--batch", o->batch, "Batch sizes")->capture_default_str();
   cmd->add_option("--prefix", o->prefix, "Shared prefix lengths")->capture_default_str();

@@ -1,6 +1,8 @@
-// The `hydragen` executable. Each subcommand lives in its own file and registers itself
-// here; a hydragen::Error anywhere becomes "error: ..." and exit status 1.
+// The `hydragen` executable. Each subcommand lives in its own file and registers itself here.
+// Exit statuses (cli_parse.h): 0 done, 1 an error stopped the run ("error: ..."), 2 a wrong
+// command line, 3 some requests failed.
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <string>
 
@@ -10,16 +12,49 @@
 #include "bench_attention.h"
 #endif
 #include "build_info.h"
+#include "cli_parse.h"
 #include "generate.h"
 #include "hydragen/error.h"
 
+namespace {
+
+// The subcommand words of argv must name subcommands: an unknown one (or none where one is
+// needed) is named with the list of those there are, where CLI11 would say only that a
+// subcommand is required.
+void check_subcommand_words(CLI::App& app, int argc, char** argv) {
+  CLI::App* level = &app;
+  std::string path = "hydragen";
+  for (int i = 1;; ++i) {
+    const std::vector<CLI::App*> subcommands = level->get_subcommands([](CLI::App*) { return true; });
+    if (subcommands.empty()) return;
+    std::string names;
+    for (const CLI::App* sub : subcommands) names += (names.empty() ? "" : ", ") + sub->get_name();
+    if (i >= argc || argv[i][0] == '-') {
+      if (i < argc && (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0 ||
+                       std::strcmp(argv[i], "--version") == 0))
+        return;
+      hydragen::cli::usage_error(path, " needs a subcommand: ", names, " (", path, " --help says more)");
+    }
+    CLI::App* next = nullptr;
+    for (CLI::App* sub : subcommands)
+      if (sub->check_name(argv[i])) next = sub;
+    if (next == nullptr)
+      hydragen::cli::usage_error(path, ": unknown subcommand '", argv[i], "'; the subcommands are: ", names);
+    level = next;
+    path += std::string(" ") + argv[i];
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  using namespace hydragen::cli;
   CLI::App app{
       "hydragen: an inference engine built around exact shared-prefix attention (Hydragen).\n"
-      "Sequences that share a prefix attend it once, together, as a matrix-matrix product."};
+      "Sequences that share a prefix attend it once, together, as a matrix-matrix product.\n"
+      "Exit status: 0 done, 1 an error stopped the run, 2 a wrong command line, 3 some requests failed."};
   app.name("hydragen");
-  app.set_version_flag("--version", std::string("hydragen ") + hydragen::cli::version() +
-                                        " (commit " + hydragen::cli::git_commit() + ")");
+  app.set_version_flag("--version", std::string("hydragen ") + version() + " (commit " + git_commit() + ")");
   app.require_subcommand(1);
 
 #ifndef HYDRAGEN_NO_BENCH  // configured with -DHYDRAGEN_BUILD_BENCH=OFF
@@ -29,21 +64,27 @@ int main(int argc, char** argv) {
   hydragen::bench::register_bench_e2e(*bench);
   hydragen::bench::register_bench_host(*bench);
 #endif
-  hydragen::cli::register_generate(app);
+  int status = kExitOk;
+  register_generate(app, status);
 
   try {
+    check_subcommand_words(app, argc, argv);
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int code = app.exit(e);
+    return code == 0 ? kExitOk : kExitUsage;
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return kExitUsage;
   } catch (const hydragen::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
+    return kExitError;
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "error: out of memory (try a smaller batch or --memory-budget-gb)\n");
-    return 1;
+    std::fprintf(stderr, "error: out of memory (try a smaller batch, --kv-memory or --memory-budget-gb)\n");
+    return kExitError;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
+    std::fprintf(stderr, "error: %s\n", hydragen::utf8_lossy(e.what()).c_str());
+    return kExitError;
   }
-  return 0;
+  return status;
 }

@@ -5,12 +5,17 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace hydragen {
 
+std::string utf8_lossy(std::string_view bytes);  // src/core/utf8.h
+
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& message) : std::runtime_error(message) {}
+  // Messages quote outside input (a file's bytes, a request line): invalid UTF-8 in it becomes
+  // U+FFFD, so an error can always be printed or written as JSON.
+  explicit Error(const std::string& message) : std::runtime_error(utf8_lossy(message)) {}
 };
 
 // Concatenates its arguments with operator<< into one message.

@@ -1,10 +1,11 @@
 // load_chat_template: the template of a model folder and the bos/eos strings it renders with.
 #include <filesystem>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include "chat/template.h"
+#include "core/json_reader.h"
+#include "core/regular_file.h"
 #include "tokenizer/json_util.h"
 
 namespace hydragen::chat {
@@ -17,29 +18,26 @@ using Json = nlohmann::json;
 constexpr std::uintmax_t kMaxTemplateBytes = 1u << 20;
 constexpr std::uintmax_t kMaxConfigBytes = 64u << 20;  // tokenizer_config.json lists every added token
 
+// A regular file of at most max_bytes (core/regular_file.h: a FIFO or a directory is refused).
 std::string read_file(const fs::path& file, std::uintmax_t max_bytes) {
-  std::error_code ec;
-  const std::uintmax_t size = fs::file_size(file, ec);
-  HG_CHECK(!ec, "chat template: cannot read ", file.string(), ": ", ec.message());
-  HG_CHECK(size <= max_bytes, "chat template: ", file.string(), " is ", size, " bytes, more than the ", max_bytes, " allowed");
-  std::ifstream in(file, std::ios::binary);
-  HG_CHECK(in.good(), "chat template: cannot open ", file.string());
-  std::string text(static_cast<std::size_t>(size), '\0');
-  in.read(text.data(), static_cast<std::streamsize>(size));
-  HG_CHECK(in.gcount() == static_cast<std::streamsize>(size), "chat template: cannot read ", file.string());
-  return text;
+  try {
+    return read_regular_file(file, max_bytes);
+  } catch (const Error& e) {
+    fail("chat template: ", e.what());
+  }
 }
 
-// The parsed JSON object of `file`, or null when there is no such file.
+// The parsed JSON object of `file` (the bounded reader), or null when there is no such file.
 Json read_json(const fs::path& file) {
   if (!fs::exists(file)) return Json();
+  Json j;
   try {
-    Json j = Json::parse(read_file(file, kMaxConfigBytes));
-    HG_CHECK(j.is_object(), "chat template: ", file.string(), " must hold a JSON object");
-    return j;
-  } catch (const Json::exception& e) {
-    fail("chat template: ", file.string(), " is not valid JSON: ", e.what());
+    j = read_json_file(file, {kMaxConfigBytes});
+  } catch (const Error& e) {
+    fail("chat template: ", e.what());
   }
+  HG_CHECK(j.is_object(), "chat template: ", file.string(), " must hold a JSON object");
+  return j;
 }
 
 // tokenizer_config.json's chat_template: a string, or a list of {name, template} ("default").

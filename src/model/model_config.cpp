@@ -2,9 +2,9 @@
 // Hub) and transformers 5's rope_parameters are read.
 #include "model/model_config.h"
 
-#include <fstream>
 #include <limits>
 
+#include "core/json_reader.h"
 #include "hydragen/error.h"
 
 namespace hydragen {
@@ -27,14 +27,18 @@ constexpr std::int64_t kMaxHidden = std::int64_t{1} << 18;
 constexpr std::int64_t kMaxIntermediate = std::int64_t{1} << 20;
 constexpr std::int64_t kMaxLayersOrHeads = std::int64_t{1} << 12;
 constexpr std::int64_t kMaxPositions = 2147483647;
+// RMSNorm's epsilon: past every released model (1e-6 .. 1e-5) on both sides, inside fp32.
+constexpr double kMinRmsNormEps = 1e-12, kMaxRmsNormEps = 1e-2;
+// A config.json is a few KB; anything near this is not one.
+constexpr std::uint64_t kMaxConfigBytes = std::uint64_t{16} << 20;
 
 std::int64_t get_int(const json& config, const char* key, const std::string& source,
                      std::int64_t largest = std::numeric_limits<std::int64_t>::max()) {
   HG_CHECK(config.contains(key), source, ": config has no \"", key, "\"");
   const json& value = config.at(key);
-  HG_CHECK(value.is_number_integer(), source, ": \"", key, "\" must be an integer, got ", value.dump());
+  HG_CHECK(value.is_number_integer(), source, ": \"", key, "\" must be an integer, got ", json_excerpt(value));
   const std::int64_t result = value.get<std::int64_t>();
-  HG_CHECK(result > 0, source, ": \"", key, "\" must be positive, got ", value.dump());
+  HG_CHECK(result > 0, source, ": \"", key, "\" must be positive, got ", json_excerpt(value));
   HG_CHECK(result <= largest, source, ": \"", key, "\" is ", result, ", more than ", largest,
            " (the largest this engine accepts)");
   return result;
@@ -42,31 +46,22 @@ std::int64_t get_int(const json& config, const char* key, const std::string& sou
 
 std::string get_string(const json& config, const char* key, const std::string& fallback, const std::string& source) {
   if (!config.contains(key) || config.at(key).is_null()) return fallback;
-  HG_CHECK(config.at(key).is_string(), source, ": \"", key, "\" must be a string, got ", config.at(key).dump());
+  HG_CHECK(config.at(key).is_string(), source, ": \"", key, "\" must be a string, got ", json_excerpt(config.at(key)));
   return config.at(key).get<std::string>();
 }
 
 double get_number(const json& config, const char* key, double fallback, const std::string& source) {
   if (!config.contains(key) || config.at(key).is_null()) return fallback;
   const json& value = config.at(key);
-  HG_CHECK(value.is_number(), source, ": \"", key, "\" must be a number, got ", value.dump());
+  HG_CHECK(value.is_number(), source, ": \"", key, "\" must be a number, got ", json_excerpt(value));
   return value.get<double>();
 }
 
 bool get_bool(const json& config, const char* key, bool fallback, const std::string& source) {
   if (!config.contains(key) || config.at(key).is_null()) return fallback;
   HG_CHECK(config.at(key).is_boolean(), source, ": \"", key, "\" must be true or false, got ",
-           config.at(key).dump());
+           json_excerpt(config.at(key)));
   return config.at(key).get<bool>();
-}
-
-// A token id, or the first of a list of them; -1 when absent.
-std::int64_t get_token_id(const json& config, const char* key) {
-  if (!config.contains(key)) return -1;
-  const json& value = config.at(key);
-  if (value.is_number_integer()) return value.get<std::int64_t>();
-  if (value.is_array() && !value.empty() && value[0].is_number_integer()) return value[0].get<std::int64_t>();
-  return -1;
 }
 
 std::string architecture_of(const json& config, const std::string& source) {
@@ -180,7 +175,9 @@ ModelConfig parse_model_config(const json& config, const std::string& source) {
   HG_CHECK(model.head_dim % 2 == 0, source, ": head_dim must be even for RoPE, got ", model.head_dim);
   model.max_position_embeddings = get_int(config, "max_position_embeddings", source, kMaxPositions);
   model.rms_norm_eps = get_number(config, "rms_norm_eps", 1e-6, source);
-  HG_CHECK(model.rms_norm_eps > 0, source, ": rms_norm_eps must be positive");
+  HG_CHECK(model.rms_norm_eps >= kMinRmsNormEps && model.rms_norm_eps <= kMaxRmsNormEps, source, ": rms_norm_eps ",
+           model.rms_norm_eps, " is outside [", kMinRmsNormEps, ", ", kMaxRmsNormEps,
+           "] (released models use 1e-6 to 1e-5; a larger one would swamp the activations it normalises)");
   model.rope = parse_rope(config, source);
   model.tie_word_embeddings = get_bool(config, "tie_word_embeddings", false, source);
 
@@ -192,19 +189,13 @@ ModelConfig parse_model_config(const json& config, const std::string& source) {
   model.qkv_bias = qwen2 || attention_bias;
   model.o_bias = attention_bias;
   check_no_sliding_window(config, model, source);
-
-  model.bos_token_id = get_token_id(config, "bos_token_id");
-  model.eos_token_id = get_token_id(config, "eos_token_id");
   return model;
 }
 
 ModelConfig load_model_config(const std::filesystem::path& path) {
   const std::filesystem::path file = std::filesystem::is_directory(path) ? path / "config.json" : path;
-  std::ifstream in(file);
-  HG_CHECK(in.good(), file.string(), ": cannot open the model config");
-  json config = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  HG_CHECK(!config.is_discarded(), file.string(), ": not valid JSON");
-  return parse_model_config(config, file.string());
+  HG_CHECK(std::filesystem::exists(file), file.string(), ": cannot open the model config: no such file");
+  return parse_model_config(read_json_file(file, {kMaxConfigBytes}), file.string());
 }
 
 }  // namespace hydragen

@@ -45,8 +45,6 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   bool qkv_bias = false;  // Qwen2, or Llama's attention_bias
   bool o_bias = false;    // Llama's attention_bias
-  std::int64_t bos_token_id = -1;  // -1 when the config has none
-  std::int64_t eos_token_id = -1;  // the first one when the config lists several
 
   std::int64_t q_size() const { return num_heads * head_dim; }
   std::int64_t kv_size() const { return num_kv_heads * head_dim; }

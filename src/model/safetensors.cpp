@@ -1,37 +1,26 @@
 #include "model/safetensors.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_reader.h"
+#include "core/regular_file.h"
 #include "hydragen/error.h"
 
 namespace hydragen {
 
 SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  HG_CHECK(fd >= 0, path.string(), ": cannot open: ", std::strerror(errno));
-  struct stat info {};
-  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
-    ::close(fd);
-    fail(path.string(), ": not a regular file");
-  }
-  size_ = static_cast<std::size_t>(info.st_size);
+  const RegularFile file(path);  // a FIFO or a device is refused, not waited on
+  size_ = static_cast<std::size_t>(file.size_bytes());
   if (size_ > 0) {
-    void* mapped = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (mapped == MAP_FAILED) {
-      ::close(fd);
-      fail(path.string(), ": mmap failed: ", std::strerror(errno));
-    }
+    void* mapped = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, file.fd(), 0);
+    HG_CHECK(mapped != MAP_FAILED, path.string(), ": mmap failed: ", std::strerror(errno));
     data_ = static_cast<const std::byte*>(mapped);
   }
-  ::close(fd);
   try {
     header_ = parse_safetensors_header({data_, size_}, path.string());
   } catch (...) {
@@ -88,9 +77,8 @@ Checkpoint::Checkpoint(const std::filesystem::path& dir) : dir_(dir) {
     for (const SafetensorsEntry& entry : files_[0]->header().tensors) tensors_[entry.name] = {files_[0].get(), &entry};
     return;
   }
-  std::ifstream in(index_path);
-  const nlohmann::json index = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  HG_CHECK(!index.is_discarded() && index.is_object(), index_path.string(), ": not a valid JSON object");
+  const nlohmann::json index = read_json_file(index_path);
+  HG_CHECK(index.is_object(), index_path.string(), ": must be a JSON object");
   HG_CHECK(index.contains("weight_map") && index.at("weight_map").is_object(), index_path.string(),
            ": missing \"weight_map\" object");
   std::map<std::string, SafetensorsFile*> shards;

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_reader.h"
 #include "hydragen/error.h"
 
 namespace hydragen {
@@ -28,31 +29,11 @@ constexpr DTypeInfo kDTypes[] = {
     {SafetensorsDType::F8_E4M3, "F8_E4M3", 1}, {SafetensorsDType::F8_E5M2, "F8_E5M2", 1},
 };
 
-// The header is flat (depth 3 at most); refusing deep nesting before parsing keeps hostile
-// input from exhausting the stack.
+// The header is flat (depth 3 at most).
 constexpr int kMaxJsonDepth = 8;
 
-int json_depth(std::string_view text) {
-  int depth = 0, max_depth = 0;
-  bool in_string = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      max_depth = std::max(max_depth, ++depth);
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  return max_depth;
-}
-
 std::uint64_t get_offset(const json& value, const std::string& where) {
-  HG_CHECK(value.is_number_unsigned(), where, ": data_offsets must hold two non-negative integers, got ", value.dump());
+  HG_CHECK(value.is_number_unsigned(), where, ": data_offsets must hold two non-negative integers, got ", json_excerpt(value));
   return value.get<std::uint64_t>();
 }
 
@@ -72,16 +53,16 @@ SafetensorsEntry parse_entry(const std::string& name, const json& value, const s
   std::uint64_t elements = 1;
   for (const json& dim : value.at("shape")) {
     HG_CHECK(dim.is_number_unsigned(), where, ": shape must hold non-negative integers, got ",
-             value.at("shape").dump());
+             json_excerpt(value.at("shape")));
     const std::uint64_t size = dim.get<std::uint64_t>();
     HG_CHECK(size <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) &&
                  (size == 0 || elements <= std::numeric_limits<std::uint64_t>::max() / size),
-             where, ": shape ", value.at("shape").dump(), " overflows");
+             where, ": shape ", json_excerpt(value.at("shape")), " overflows");
     elements *= size;
     entry.shape.push_back(static_cast<std::int64_t>(size));
   }
   HG_CHECK(elements <= std::numeric_limits<std::uint64_t>::max() / info->bytes, where, ": shape ",
-           value.at("shape").dump(), " overflows");
+           json_excerpt(value.at("shape")), " overflows");
 
   HG_CHECK(value.contains("data_offsets") && value.at("data_offsets").is_array() &&
                value.at("data_offsets").size() == 2,
@@ -89,7 +70,7 @@ SafetensorsEntry parse_entry(const std::string& name, const json& value, const s
   entry.begin = get_offset(value.at("data_offsets")[0], where);
   entry.end = get_offset(value.at("data_offsets")[1], where);
   HG_CHECK(entry.begin <= entry.end, where, ": data_offsets [", entry.begin, ", ", entry.end, "] has begin > end");
-  HG_CHECK(entry.end - entry.begin == elements * info->bytes, where, ": shape ", value.at("shape").dump(), " of ",
+  HG_CHECK(entry.end - entry.begin == elements * info->bytes, where, ": shape ", json_excerpt(value.at("shape")), " of ",
            dtype, " needs ", elements * info->bytes, " bytes but data_offsets [", entry.begin, ", ", entry.end,
            "] span ", entry.end - entry.begin);
   return entry;
@@ -131,9 +112,7 @@ SafetensorsHeader parse_safetensors_header(std::span<const std::byte> file, cons
   header.data_bytes = file.size() - header.data_offset;
 
   const std::string_view text(reinterpret_cast<const char*>(file.data() + 8), header.header_bytes);
-  HG_CHECK(json_depth(text) <= kMaxJsonDepth, file_name, ": header JSON is nested deeper than ", kMaxJsonDepth);
-  const json root = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  HG_CHECK(!root.is_discarded(), file_name, ": header is not valid JSON");
+  const json root = parse_json(text, file_name + ": header", {kMaxSafetensorsHeaderBytes, kMaxJsonDepth});
   HG_CHECK(root.is_object(), file_name, ": header must be a JSON object of tensors");
 
   for (const auto& [name, value] : root.items()) {

@@ -1,7 +1,10 @@
 #include "model/weights.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstring>
+#include <set>
 
 #include "core/thread_pool.h"
 #include "hydragen/error.h"
@@ -55,13 +58,72 @@ void tie_embeddings(const ModelConfig& config, LlamaWeights& weights) {
   if (config.tie_word_embeddings) weights.lm_head = weights.embed;
 }
 
+// The first element of a CPU f32/f16/bf16 tensor that is NaN or infinite (all exponent bits
+// set), or -1.
+std::int64_t first_non_finite(const Tensor& t) {
+  const std::int64_t n = t.numel();
+  const bool wide = t.dtype() == DType::f32;
+  const std::uint32_t exponent = wide ? 0x7F800000u : t.dtype() == DType::f16 ? 0x7C00u : 0x7F80u;
+  std::atomic<std::int64_t> first{n};
+  constexpr std::int64_t kChunk = 1 << 18;
+  ThreadPool::global().parallel_for((n + kChunk - 1) / kChunk, [&](std::int64_t chunk) {
+    const std::int64_t begin = chunk * kChunk, end = std::min(n, begin + kChunk);
+    bool bad = false;
+    for (std::int64_t i = begin; i < end; ++i) {
+      const std::uint32_t bits = wide ? t.data<std::uint32_t>()[i] : t.data<std::uint16_t>()[i];
+      bad |= (bits & exponent) == exponent;
+    }
+    if (!bad) return;
+    for (std::int64_t i = begin; i < end; ++i) {
+      const std::uint32_t bits = wide ? t.data<std::uint32_t>()[i] : t.data<std::uint16_t>()[i];
+      if ((bits & exponent) != exponent) continue;
+      for (std::int64_t seen = first.load(); i < seen && !first.compare_exchange_weak(seen, i);) {}
+      return;
+    }
+  });
+  return first.load() == n ? -1 : first.load();
+}
+
+// Buffers some converters save beside the weights, recomputed here from the config.
+bool is_derived_buffer(const std::string& name) { return name.ends_with(".rotary_emb.inv_freq"); }
+
+// Every tensor of the checkpoint must be one the config uses: extra layers, biases or an lm_head
+// beside tied embeddings mean config.json and the checkpoint disagree, and ignoring them would
+// run another model than the one saved. A stored lm_head equal to the embedding agrees.
+void check_every_tensor_used(const ModelConfig& config, const Checkpoint& checkpoint, const LlamaWeights& weights,
+                             const std::set<std::string>& used, DType dtype) {
+  std::vector<std::string> unused;
+  for (const std::string& name : checkpoint.tensor_names()) {
+    if (used.count(name) != 0 || is_derived_buffer(name)) continue;
+    if (name == "lm_head.weight" && config.tie_word_embeddings) {
+      const Checkpoint::Found found = checkpoint.find(name);
+      const Tensor head = found.entry->shape == weights.embed.shape() ? found.file->read(*found.entry, dtype) : Tensor();
+      HG_CHECK(head.defined() && std::memcmp(head.raw(), weights.embed.raw(), head.bytes()) == 0,
+               found.file->path().string(), ": tensor \"lm_head.weight\" differs from \"model.embed_tokens.weight\", but ",
+               "config.json says tie_word_embeddings: true (lm_head is the embedding): the config and the checkpoint ",
+               "disagree (set tie_word_embeddings to false to use the stored lm_head)");
+      continue;
+    }
+    unused.push_back(name);
+  }
+  if (unused.empty()) return;
+  std::string listed;
+  for (std::size_t i = 0; i < unused.size() && i < 3; ++i) listed += concat(i ? ", \"" : "\"", unused[i], "\"");
+  fail(checkpoint.dir().string(), ": ", unused.size(), unused.size() == 1 ? " tensor" : " tensors", " of the checkpoint (",
+       listed, unused.size() > 3 ? ", ..." : "", ") ", unused.size() == 1 ? "is" : "are", " not used by config.json (",
+       config.architecture, " with num_hidden_layers ", config.num_layers, config.qkv_bias ? ", q/k/v bias" : "",
+       config.tie_word_embeddings ? ", tied embeddings" : "", "): the config and the checkpoint disagree");
+}
+
 }  // namespace
 
 LlamaWeights load_weights(const ModelConfig& config, const Checkpoint& checkpoint, DType dtype) {
   check_compute_dtype("load_weights", dtype);
   LlamaWeights weights;
+  std::set<std::string> used;
   for_each_weight(config, weights, [&](const std::string& name, const std::vector<std::int64_t>& shape, Tensor& slot,
                                        WeightInit) {
+    used.insert(name);
     const Checkpoint::Found found = checkpoint.find(name);
     HG_CHECK(found.entry != nullptr, checkpoint.dir().string(), ": tensor \"", name,
              "\" is missing from the checkpoint (", config.architecture, " with ", config.num_layers, " layers",
@@ -72,7 +134,11 @@ LlamaWeights load_weights(const ModelConfig& config, const Checkpoint& checkpoin
              ", head_dim ", config.head_dim, ", intermediate_size ", config.intermediate_size, ", vocab_size ",
              config.vocab_size, ")");
     slot = found.file->read(*found.entry, dtype);
+    const std::int64_t bad = first_non_finite(slot);
+    HG_CHECK(bad < 0, found.file->path().string(), ": tensor \"", name, "\" holds ", slot.get(bad), " at element ", bad,
+             " (shape ", shape_str(shape), "): weights must be finite, the checkpoint is corrupt");
   });
+  check_every_tensor_used(config, checkpoint, weights, used, dtype);
   tie_embeddings(config, weights);
   return weights;
 }

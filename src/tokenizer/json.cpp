@@ -2,9 +2,8 @@
 //   encode: added tokens split the text -> normalizer -> pre-tokenizer -> BPE per word
 //           -> post-processor template (BOS) when add_special_tokens
 //   decode: ids -> token strings (special ones skipped on request) -> decoder -> text
-#include <fstream>
-#include <iterator>
-
+#include "core/json_reader.h"
+#include "core/regular_file.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/bpe.h"
@@ -102,7 +101,8 @@ class HfTokenizer final : public Tokenizer {
     std::vector<std::string> tokens;
     tokens.reserve(ids.size());
     for (TokenId id : ids) {
-      check_id(id, "decode");
+      HG_CHECK(id >= 0, "decode: token id ", id, " is negative");
+      if (id >= vocab_size()) continue;  // past the vocabulary (a model's padded rows): nothing, as in `tokenizers`
       const std::string* text = nullptr;
       if (const tok::AddedToken* added = added_.find(id)) {
         text = &added->content;
@@ -183,12 +183,7 @@ class HfTokenizer final : public Tokenizer {
 }  // namespace
 
 std::unique_ptr<Tokenizer> tokenizer_from_json(std::string_view json_text, const std::string& source) {
-  Json spec;
-  try {
-    spec = Json::parse(json_text);
-  } catch (const Json::exception& e) {
-    fail(source, ": malformed JSON: ", e.what());
-  }
+  const Json spec = parse_json(json_text, source, {tok::kMaxTokenizerJsonBytes});
   HG_CHECK(spec.is_object(), source, ": expected a JSON object at the top, got ", spec.type_name());
   try {
     return std::make_unique<HfTokenizer>(spec);
@@ -200,11 +195,7 @@ std::unique_ptr<Tokenizer> tokenizer_from_json(std::string_view json_text, const
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer_json(const std::filesystem::path& tokenizer_json) {
-  std::ifstream in(tokenizer_json, std::ios::binary);
-  HG_CHECK(in.good(), "tokenizer: cannot open ", tokenizer_json.string());
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  HG_CHECK(!in.bad(), "tokenizer: cannot read ", tokenizer_json.string());
-  return tokenizer_from_json(text, tokenizer_json.string());
+  return tokenizer_from_json(read_regular_file(tokenizer_json, tok::kMaxTokenizerJsonBytes), tokenizer_json.string());
 }
 
 }  // namespace hydragen

@@ -4,15 +4,21 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/json_reader.h"
 #include "hydragen/error.h"
 
 namespace hydragen::tok {
 
 using Json = nlohmann::json;
+
+// The largest tokenizer.json read (real ones are 2-35 MB) and the other files beside it.
+inline constexpr std::uint64_t kMaxTokenizerJsonBytes = std::uint64_t{512} << 20;
+inline constexpr std::uint64_t kMaxTokenizerConfigBytes = std::uint64_t{64} << 20;
 
 inline const Json& require_field(const Json& obj, const char* key, const std::string& where) {
   HG_CHECK(obj.is_object(), where, " must be a JSON object, got ", obj.type_name());
@@ -46,7 +52,7 @@ inline std::string token_text(const Json& config, const char* key, const std::st
   const Json& v = config[key];
   if (v.is_string()) return v.get<std::string>();
   HG_CHECK(v.is_object() && v.contains("content") && v["content"].is_string(), where, ": ", key,
-           " must be a string or {\"content\": ...}, got ", v.dump());
+           " must be a string or {\"content\": ...}, got ", json_excerpt(v));
   return v["content"].get<std::string>();
 }
 

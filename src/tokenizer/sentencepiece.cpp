@@ -3,6 +3,7 @@
 // are added by encode(add_special_tokens=true) as the model's tokenizer_config asks.
 #include <sentencepiece_processor.h>
 
+#include "core/regular_file.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 #include "hydragen/error.h"
@@ -11,12 +12,13 @@ namespace hydragen {
 
 namespace {
 
+constexpr std::uint64_t kMaxModelBytes = std::uint64_t{64} << 20;  // real tokenizer.model files: under 5 MB
+
 class SentencePieceTokenizer final : public Tokenizer {
  public:
   SentencePieceTokenizer(const std::filesystem::path& file, bool add_bos, bool add_eos)
       : add_bos_(add_bos), add_eos_(add_eos) {
-    HG_CHECK(std::filesystem::is_regular_file(file), "tokenizer: cannot open ", file.string());
-    const auto status = processor_.Load(file.string());
+    const auto status = processor_.LoadFromSerializedProto(read_regular_file(file, kMaxModelBytes));
     HG_CHECK(status.ok(), file.string(), ": not a SentencePiece model: ", status.ToString());
     HG_CHECK(processor_.GetPieceSize() > 0, file.string(), ": the SentencePiece model is empty");
   }
@@ -39,7 +41,8 @@ class SentencePieceTokenizer final : public Tokenizer {
     std::vector<int> kept;
     kept.reserve(ids.size());
     for (TokenId id : ids) {
-      check_id(id, "decode");
+      HG_CHECK(id >= 0, "decode: token id ", id, " is negative");
+      if (id >= vocab_size()) continue;  // past the vocabulary (a model's padded rows): nothing
       if (!(skip_special_tokens && is_special(id))) kept.push_back(id);
     }
     std::string text;
@@ -61,10 +64,11 @@ class SentencePieceTokenizer final : public Tokenizer {
     return processor_.IdToPiece(id);
   }
 
-  bool is_special(TokenId id) const override { return processor_.IsControl(id); }
-  bool is_byte_token(TokenId id) const override { return processor_.IsByte(id); }
+  bool is_special(TokenId id) const override { return inside(id) && processor_.IsControl(id); }
+  bool is_byte_token(TokenId id) const override { return inside(id) && processor_.IsByte(id); }
 
  private:
+  bool inside(TokenId id) const { return id >= 0 && id < vocab_size(); }
   void check_id(TokenId id, const char* what) const {
     HG_CHECK(id >= 0 && id < vocab_size(), what, ": token id ", id, " is outside [0, ",
              vocab_size(), ")");

@@ -34,7 +34,8 @@ class Tokenizer {
   // UTF-8. Special-token text inside `text` becomes the special token.
   virtual std::vector<TokenId> encode(std::string_view text, bool add_special_tokens) const = 0;
   // Matches `tokenizer.decode(ids, skip_special_tokens=...)`; incomplete or invalid UTF-8 from
-  // byte tokens becomes U+FFFD as there. Throws on an id outside [0, vocab_size()).
+  // byte tokens becomes U+FFFD as there. An id past the vocabulary decodes to nothing (as
+  // there: a model's vocabulary is often padded past its tokenizer's); a negative id throws.
   virtual std::string decode(std::span<const TokenId> ids, bool skip_special_tokens) const = 0;
 
   virtual std::int64_t vocab_size() const = 0;  // largest id + 1, added tokens included
@@ -54,6 +55,13 @@ class Tokenizer {
 // model_dir holds tokenizer.json (preferred) or tokenizer.model, and optionally
 // tokenizer_config.json, generation_config.json, config.json.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& model_dir);
+// BOS/EOS ids from generation_config.json and config.json in model_dir (both optional), each
+// below vocab_size; no token text. What a model without a tokenizer stops at.
+SpecialTokens config_special_tokens(const std::filesystem::path& model_dir, std::int64_t vocab_size);
+// A tokenizer may not make ids the model cannot embed: more tokens than the model's
+// vocabulary is an Error naming both (fewer is fine: the model's extra rows decode to nothing).
+void check_tokenizer_fits_model(const Tokenizer& tokenizer, std::int64_t model_vocab_size,
+                                const std::filesystem::path& model_dir);
 // One file, no config files read.
 std::unique_ptr<Tokenizer> load_tokenizer_json(const std::filesystem::path& tokenizer_json);
 // The same from the file's text; `source` names it in errors.

@@ -1,11 +1,13 @@
-// UTF-8 helpers for the tokenizer: walking code points, validation, the lossy conversion
-// Hugging Face applies to decoded bytes, and the character classes added tokens look at.
+// UTF-8 helpers for the tokenizer: walking code points and the character classes added tokens
+// look at; validation and the lossy conversion Hugging Face applies to decoded bytes (core's).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
+
+#include "core/utf8.h"
 
 namespace hydragen::tok {
 
@@ -15,16 +17,13 @@ std::size_t utf8_char_len(std::string_view s, std::size_t i);
 char32_t utf8_next(std::string_view s, std::size_t& i);
 void utf8_append(std::string& out, char32_t cp);
 
-// Byte offset of the first invalid byte, or npos when s is valid UTF-8.
-std::size_t utf8_invalid_at(std::string_view s);
-// Invalid sequences become U+FFFD, one per maximal invalid subpart (Rust's from_utf8_lossy).
-std::string utf8_lossy(std::string_view bytes);
-// True when s ends inside a character (an incomplete but so far valid sequence).
-bool utf8_ends_incomplete(std::string_view s);
+// Validity and the lossy conversion live in core (outside text of every kind needs them).
+using hydragen::utf8_ends_incomplete;
+using hydragen::utf8_invalid_at;
+using hydragen::utf8_lossy;
+using hydragen::kReplacementChar;
 
 bool is_unicode_whitespace(char32_t cp);  // the White_Space property (regex \s)
 bool is_word_char(char32_t cp);           // Unicode regex \w: letters, marks, digits, connectors
-
-inline constexpr std::string_view kReplacementChar = "\xEF\xBF\xBD";  // U+FFFD
 
 }  // namespace hydragen::tok

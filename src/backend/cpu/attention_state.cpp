@@ -15,7 +15,7 @@ void merge_state_rows(std::span<const float* const> o_in, std::span<const float>
                       std::int64_t head_dim, float* o_out, float* lse_out) {
   const std::size_t n = lse_in.size();
   float max_lse = -std::numeric_limits<float>::infinity();
-  for (float lse : lse_in) max_lse = std::max(max_lse, lse);
+  for (float lse : lse_in) max_lse = std::isnan(lse) || lse > max_lse ? lse : max_lse;  // a NaN state stays NaN
   if (max_lse == -std::numeric_limits<float>::infinity()) {
     // Every input is empty; exp(-inf - -inf) would be NaN, so say it directly.
     std::fill(o_out, o_out + head_dim, 0.0f);

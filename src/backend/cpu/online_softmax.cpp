@@ -63,7 +63,14 @@ void OnlineSoftmaxTile::attend(const float* k, std::int64_t k_stride, const floa
       float* s = scores_.data() + i * n;
       const std::int64_t limit = visible_keys ? std::clamp<std::int64_t>(visible_keys[i] - block, 0, n) : n;
       float block_max = kMinusInf;
-      for (std::int64_t j = 0; j < limit; ++j) block_max = std::max(block_max, s[j]);
+      bool finite = true;
+      for (std::int64_t j = 0; j < limit; ++j) block_max = std::max(block_max, s[j]), finite &= std::isfinite(s[j]);
+      if (!finite || std::isnan(running_max_[i])) {  // a NaN or infinite score: the row is NaN, never "empty"
+        running_max_[i] = running_sum_[i] = std::numeric_limits<float>::quiet_NaN();
+        std::fill(accumulators_.data() + i * head_dim_, accumulators_.data() + (i + 1) * head_dim_, running_sum_[i]);
+        std::fill(s, s + n, 0.0f);
+        continue;
+      }
       const float new_max = std::max(running_max_[i], block_max);
       if (new_max == kMinusInf) {  // no visible key yet: keep the row empty, contribute nothing
         std::fill(s, s + n, 0.0f);
