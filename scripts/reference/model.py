@@ -12,6 +12,14 @@ layout and records what transformers computes for fixed prompts:
                 seed is the one of SEED_CANDIDATES whose greedy runs are varied (>= MIN_DISTINCT
                 different tokens; tied tiny models just repeat their last token) with the
                 widest margin, so bf16 rounding does not flip a greedy token.
+  tiny-qwen3    Qwen3ForCausalLM: RMSNorm on each q and k head before RoPE, explicit head_dim
+                (q size 128 != hidden 64), GQA 4/2, tied, rope_theta 1e6
+  tiny-llama32  LlamaForCausalLM as Llama 3.2: tied, head_dim 64, GQA 4/1, rope_scaling llama3
+                factor 32
+  tiny-phi3     Phi3ForCausalLM: fused qkv_proj and gate_up_proj, head_dim 96, GQA 4/2
+  tiny-mistral03  MistralForCausalLM as v0.3: no sliding window, head_dim 64, GQA 4/2,
+                rope_theta 1e6
+The last three and tiny-llama-d64 have CUDA head dims and pick their seed as described.
 Each folder gets:
   config.json                 the classic Hub layout (rope_theta + rope_scaling), what we parse
   config.transformers5.json   the same config as this transformers saves it (rope_parameters)
@@ -50,8 +58,29 @@ VARIANTS = {
                            head_dim=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
                            num_key_value_heads=2, rope_theta=10000.0, rope_scaling=None, tie_word_embeddings=False,
                            attention_bias=False, mlp_bias=False),
+    "tiny-qwen3": dict(COMMON, architectures=["Qwen3ForCausalLM"], model_type="qwen3", hidden_size=64,
+                       head_dim=32, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, rope_theta=1000000.0, rope_scaling=None, rms_norm_eps=1e-6,
+                       tie_word_embeddings=True, attention_bias=False, use_sliding_window=False,
+                       sliding_window=None, max_window_layers=2),
+    "tiny-llama32": dict(COMMON, architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=128,
+                         head_dim=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=1, rope_theta=500000.0, tie_word_embeddings=True,
+                         attention_bias=False, mlp_bias=False,
+                         rope_scaling=dict(rope_type="llama3", factor=32.0, low_freq_factor=1.0,
+                                           high_freq_factor=4.0, original_max_position_embeddings=1024)),
+    "tiny-phi3": dict(COMMON, architectures=["Phi3ForCausalLM"], model_type="phi3", hidden_size=384,
+                      intermediate_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      rope_theta=10000.0, rope_scaling=None, tie_word_embeddings=False, pad_token_id=0,
+                      sliding_window=None, original_max_position_embeddings=4096, partial_rotary_factor=1.0,
+                      resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0),
+    "tiny-mistral03": dict(COMMON, architectures=["MistralForCausalLM"], model_type="mistral", hidden_size=128,
+                           head_dim=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                           num_key_value_heads=2, rope_theta=1000000.0, rope_scaling=None, sliding_window=None,
+                           tie_word_embeddings=False),
 }
-SEED_CANDIDATES = {"tiny-llama-d64": range(SEED, SEED + 64)}
+SEED_CANDIDATES = {name: range(SEED, SEED + 64)
+                   for name in ("tiny-llama-d64", "tiny-llama32", "tiny-phi3", "tiny-mistral03")}
 MIN_DISTINCT = 12  # of GREEDY_TOKENS, in each greedy run of a chosen seed
 
 

@@ -9,6 +9,9 @@ libraries make of a fixed set of test strings:
   metaspace/  the same model behind a Metaspace pre-tokenizer (prepend_scheme first) and a
               Metaspace decoder                                                     (`tokenizers`)
   spm/        a SentencePiece BPE tokenizer.model with byte fallback           (`sentencepiece`)
+  qwen2/      byte-level BPE as Qwen2.5 / Qwen3 ship it: an NFC normalizer, Qwen's regex Split
+              (single digits) + ByteLevel, <|endoftext|> / <|im_start|> / <|im_end|>, no BOS;
+              its strings add decomposed and composed forms (NFC_STRINGS)      (`tokenizers`)
 Each folder gets the tokenizer files and expected.json: for every string its ids without and
 with special tokens and the decodings, plus decodings of random id sequences.
 
@@ -28,7 +31,17 @@ CORPUS = REPO / "tests" / "fixtures" / "tokenizer" / "corpus.txt"
 
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
                   r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 META = "\u2581"  # ▁
+# Text that NFC changes: combining marks, decomposed Hangul, singletons, and text it keeps.
+NFC_STRINGS = [
+    "e\u0301", "cafe\u0301", "A\u030a", "\u212b", "\u2126 ohm", "o\u0308\u0304", "a\u0323\u0302",
+    "\u1100\u1161\u11a8", "\u1112\u1161\u11ab\u1100\u116e\u11a8\u110b\u1165", "\u0041\u0301\u0301",
+    "\u0958 \u0915\u093c", "\u00c5 A\u030a \u212b", "\uf900\uf901", "\u1e9b\u0323", "q\u0307\u0323",
+    "\u0344", "\u0f73", "\ufb01 \u00bd \u2460", "Zaz\u0307o\u0301\u0142c\u0301", "Vie\u0323\u0302t",
+    "<|im_start|>user\nCafe\u0301?<|im_end|>", "\u00e9\u0301\u0301\u0301", "\u0301 leading mark",
+]
 
 # Strings chosen to hit the edges: whitespace runs, digits, contractions, scripts, emoji with
 # ZWJ and modifiers, characters missing from the training corpus, special-token text.
@@ -167,6 +180,26 @@ def train_bytelevel(lines, out: Path):
         "model_max_length": 8192})
 
 
+def train_qwen2(lines, out: Path):
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, decoders, trainers, Regex
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=1000, min_frequency=2, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=[])
+    tok.train_from_iterator(lines, trainer)
+    tok.add_special_tokens(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save(str(out / "tokenizer.json"), pretty=True)
+    write_json(out / "tokenizer_config.json", {
+        "tokenizer_class": "Qwen2Tokenizer", "bos_token": None, "eos_token": "<|im_end|>",
+        "pad_token": "<|endoftext|>", "clean_up_tokenization_spaces": False, "model_max_length": 32768,
+        "errors": "replace", "split_special_tokens": False})
+
+
 def train_sp_bpe(lines, out_sp: Path, out_metaspace: Path):
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
@@ -263,7 +296,7 @@ def train_spm(corpus_path: Path, out: Path, strings):
 
 
 def make_tokenizer_fixtures(out_dir, corpus_path=CORPUS):
-    """Writes the four tokenizer folders under out_dir; returns the names of those that failed."""
+    """Writes the five tokenizer folders under out_dir; returns the names of those that failed."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     corpus = Path(corpus_path).read_text(encoding="utf-8")
@@ -279,6 +312,8 @@ def make_tokenizer_fixtures(out_dir, corpus_path=CORPUS):
                            record_hf(out_dir / "sp_bpe", strings),
                            record_hf(out_dir / "metaspace", strings)),
         "spm": lambda: train_spm(Path(corpus_path), out_dir / "spm", strings),
+        "qwen2": lambda: (train_qwen2(lines, out_dir / "qwen2"),
+                          record_hf(out_dir / "qwen2", strings + NFC_STRINGS)),
     }
     failed = []
     for name, step in steps.items():
