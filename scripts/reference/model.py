@@ -16,7 +16,7 @@ layout and records what transformers computes for fixed prompts:
                 (q size 128 != hidden 64), GQA 4/2, tied, rope_theta 1e6
   tiny-llama32  LlamaForCausalLM as Llama 3.2: tied, head_dim 64, GQA 4/1, rope_scaling llama3
                 factor 32
-  tiny-phi3     Phi3ForCausalLM: fused qkv_proj and gate_up_proj, head_dim 96, GQA 4/2
+  tiny-phi3     Phi3ForCausalLM: fused qkv_proj and gate_up_proj, head_dim 96, GQA 2/1
   tiny-mistral03  MistralForCausalLM as v0.3: no sliding window, head_dim 64, GQA 4/2,
                 rope_theta 1e6
 The last three and tiny-llama-d64 have CUDA head dims and pick their seed as described.
@@ -69,8 +69,8 @@ VARIANTS = {
                          attention_bias=False, mlp_bias=False,
                          rope_scaling=dict(rope_type="llama3", factor=32.0, low_freq_factor=1.0,
                                            high_freq_factor=4.0, original_max_position_embeddings=1024)),
-    "tiny-phi3": dict(COMMON, architectures=["Phi3ForCausalLM"], model_type="phi3", hidden_size=384,
-                      intermediate_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+    "tiny-phi3": dict(COMMON, architectures=["Phi3ForCausalLM"], model_type="phi3", hidden_size=192,
+                      intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
                       rope_theta=10000.0, rope_scaling=None, tie_word_embeddings=False, pad_token_id=0,
                       sliding_window=None, original_max_position_embeddings=4096, partial_rotary_factor=1.0,
                       resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0),
