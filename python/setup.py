@@ -30,6 +30,9 @@ class CMakeBuild(build_ext):
         target = self.get_ext_fullpath(ext.name)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         shutil.copyfile(os.path.join(build, "python", "hydragen", built[0]), target)
+        presets = os.path.join(os.path.dirname(target), "presets")  # random_weights= finds them here
+        shutil.rmtree(presets, ignore_errors=True)
+        shutil.copytree(os.path.join(ROOT, "presets"), presets)
 
 
 setup(ext_modules=[Extension("hydragen._hydragen", sources=[])], cmdclass={"build_ext": CMakeBuild})
