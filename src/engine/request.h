@@ -42,6 +42,8 @@ struct TokenEvent {
   float logprob = 0;       // log-probability under the model
   std::int64_t index = 0;  // the token's place in its completion (0: the first)
   std::chrono::steady_clock::time_point time;
+  // The top-N (N = sampling.logprobs, at most the vocab), most likely first; empty when N = 0.
+  std::vector<sample::TokenLogprob> top_logprobs;
 };
 
 struct Completion {
@@ -49,6 +51,8 @@ struct Completion {
   int sample = 0;
   std::vector<std::int32_t> tokens;
   std::vector<float> logprobs;  // log-probability of each token under the model
+  // Per token, its top-N (as TokenEvent::top_logprobs); empty when sampling.logprobs = 0.
+  std::vector<std::vector<sample::TokenLogprob>> top_logprobs;
   // "stop" (a stop token or string), "length", "cancelled" (Engine::cancel) or "error".
   std::string finish_reason;
   std::string error;          // why a malformed request failed (it fails alone)
