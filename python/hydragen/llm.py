@@ -171,12 +171,17 @@ class LLM:
             progress.close()
 
     def _completion(self, c, params):
-        request, sample, tokens, logprobs, reason, error = c
+        request, sample, tokens, logprobs, reason, error, top = c
+        per_token = None
+        if params.logprobs is not None:  # vLLM's shape: {token: logprob}, the sampled one and the top-N
+            per_token = []
+            for i, (t, lp) in enumerate(zip(tokens, logprobs)):
+                entry = dict(top[i]) if i < len(top) else {}
+                entry[t] = lp
+                per_token.append(entry)
         return CompletionOutput(
             index=sample, text=self._engine.text(tokens, params.stop_strings()), token_ids=list(tokens),
-            cumulative_logprob=float(sum(logprobs)),
-            logprobs=[{t: lp} for t, lp in zip(tokens, logprobs)] if params.logprobs is not None else None,
-            finish_reason=reason, error=error)
+            cumulative_logprob=float(sum(logprobs)), logprobs=per_token, finish_reason=reason, error=error)
 
     def generate(self, prompts, sampling_params=None, *, use_tqdm=True):
         """One RequestOutput per prompt, in order, each with its n samples in order. A
@@ -251,7 +256,7 @@ class LLM:
         where, errors = dict(ids), []
 
         def on_step(_events, finished):
-            for request, _sample, tokens, logprobs, _reason, error in finished:
+            for request, _sample, tokens, logprobs, _reason, error, _top in finished:
                 i = where[request]
                 if error:
                     errors.append(f"score: continuation {i}: {error}")

@@ -9,7 +9,8 @@ class CompletionOutput:
     text: str  # decoded (empty without a tokenizer), cut before a stop string
     token_ids: List[int]
     cumulative_logprob: float
-    # With SamplingParams.logprobs: per token, {token id: its log-probability}.
+    # With SamplingParams.logprobs = N: per token, {token id: log-probability} of the sampled
+    # token and the N most likely ones (vLLM's shape, without its Logprob objects).
     logprobs: Optional[List[Dict[int, float]]]
     finish_reason: Optional[str]  # "stop", "length", "cancelled" or "error"
     error: str = ""  # why a malformed request failed

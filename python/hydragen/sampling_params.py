@@ -11,7 +11,8 @@ class SamplingParams:
     """How each prompt's samples are drawn. temperature 0 is greedy; top_k 0 or -1 is off;
     seed None draws a fresh seed per request (sample i of a request uses seed + i); stop ends a
     sample at any of these strings (the text is cut before it); logprobs not None returns each
-    sampled token's log-probability; ignore_eos keeps going past the model's EOS tokens."""
+    sampled token's log-probability and its top-`logprobs` alternatives
+    (at most 20); ignore_eos keeps going past the model's EOS tokens."""
 
     n: int = 1
     temperature: float = 1.0
@@ -55,6 +56,8 @@ class SamplingParams:
         p.presence_penalty = float(self.presence_penalty)
         p.frequency_penalty = float(self.frequency_penalty)
         p.repetition_penalty = float(self.repetition_penalty)
-        p.logprobs = 0  # top-N logprobs are not returned yet: the sampled token's logprob always is
+        if self.logprobs is not None and (isinstance(self.logprobs, bool) or not isinstance(self.logprobs, int)):
+            raise ValueError(f"SamplingParams: logprobs must be None or an integer, got {self.logprobs!r}")
+        p.logprobs = self.logprobs or 0  # the top-N; the sampled token's own logprob comes always
         p.validate()
         return p

@@ -35,8 +35,19 @@ struct EngineConfig {
   bool cuda_graphs = true;
 };
 
+// (token, logprob) pairs of each token's top-N; empty without logprobs.
+py::list top_list(const std::vector<std::vector<sample::TokenLogprob>>& top) {
+  py::list out;
+  for (const auto& row : top) {
+    py::list entries;
+    for (const sample::TokenLogprob& t : row) entries.append(py::make_tuple(t.token, t.logprob));
+    out.append(entries);
+  }
+  return out;
+}
+
 py::tuple completion_tuple(const engine::Completion& c) {
-  return py::make_tuple(c.request, c.sample, c.tokens, c.logprobs, c.finish_reason, c.error);
+  return py::make_tuple(c.request, c.sample, c.tokens, c.logprobs, c.finish_reason, c.error, top_list(c.top_logprobs));
 }
 
 class PyEngine {

@@ -82,7 +82,7 @@ def test_logprobs_are_the_sampled_tokens_and_match_the_cli(tiny, cli, tmp_path):
     ref = run_cli(cli, tmp_path, [cli_line(SHARED, p)], "--random-weights", "tiny")[(0, 0)]
     assert len(out.logprobs) == len(out.token_ids) == 6
     for entry, token, lp in zip(out.logprobs, out.token_ids, ref["logprobs"]):
-        assert list(entry) == [token] and entry[token] <= 0
+        assert token in entry and len(entry) <= 2 and entry[token] <= 0  # the sampled one and the top-1
         assert entry[token] == pytest.approx(lp, abs=1e-5)
     assert tiny.generate([SHARED], SamplingParams(max_tokens=2), use_tqdm=False)[0].outputs[0].logprobs is None
 

@@ -56,3 +56,16 @@ def test_score_edge_cases(tiny):
         tiny.score([5, 6, 7], [[1, 99999]])
     with pytest.raises(ValueError, match="continuations\\[0\\]"):
         tiny.score([5, 6, 7], [["a"]])
+
+
+def test_generate_top_logprobs_are_the_forward_pass_top_n(tiny):
+    prompt = RNG.integers(3, 4096, 23).tolist()
+    out = tiny.generate([prompt], hydragen.SamplingParams(temperature=0.9, seed=4, max_tokens=5, logprobs=4),
+                        use_tqdm=False)[0].outputs[0]
+    lp = log_softmax(llama_logits(tiny.state_dict(), prompt + out.token_ids, layers=4, heads=8, kv_heads=2))
+    for j, (token, entry) in enumerate(zip(out.token_ids, out.logprobs)):
+        row = lp[len(prompt) - 1 + j]
+        top = np.argsort(-row)[:4]
+        assert set(entry) == set(top.tolist()) | {token}
+        for t, value in entry.items():
+            assert value == pytest.approx(row[t], abs=2e-5)
