@@ -46,6 +46,22 @@ py::list top_list(const std::vector<std::vector<sample::TokenLogprob>>& top) {
   return out;
 }
 
+// The engine is single-threaded and a step runs with the GIL released: a call from a second
+// Python thread meanwhile is refused instead of racing it.
+class Busy {
+ public:
+  explicit Busy(bool& busy) : busy_(busy) {
+    HG_CHECK(!busy_, "LLM: the engine is busy in another thread (one call at a time)");
+    busy_ = true;
+  }
+  ~Busy() { busy_ = false; }
+  Busy(const Busy&) = delete;
+  Busy& operator=(const Busy&) = delete;
+
+ private:
+  bool& busy_;
+};
+
 py::tuple completion_tuple(const engine::Completion& c) {
   return py::make_tuple(c.request, c.sample, c.tokens, c.logprobs, c.finish_reason, c.error, top_list(c.top_logprobs));
 }
@@ -119,14 +135,19 @@ class PyEngine {
     r.stop_strings = stop;
     r.segment_ends = segment_ends;
     r.forced_tokens = forced_tokens;
+    const Busy busy(busy_);
     return engine_->submit(std::move(r));
   }
-  void cancel(std::int64_t request) { engine_->cancel(request); }
+  void cancel(std::int64_t request) {
+    const Busy busy(busy_);
+    engine_->cancel(request);
+  }
 
   // One engine step, the GIL released: (more work left, tokens sampled, token events (request,
   // sample, token, logprob) when `events`, completions finished in it).
   py::tuple step(bool events) {
     bool more = false;
+    const Busy busy(busy_);
     keep_events_ = events;
     {
       py::gil_scoped_release unlocked;
@@ -138,6 +159,7 @@ class PyEngine {
   std::int64_t running() const { return engine_->running(); }
   std::int64_t waiting() const { return engine_->waiting(); }
   py::dict metrics() const {
+    const Busy busy(busy_);
     const engine::EngineMetrics m = engine_->metrics();
     py::dict d;
     d["requests"] = m.requests, d["prompt_tokens"] = m.prompt_tokens, d["generated_tokens"] = m.generated_tokens;
@@ -153,6 +175,7 @@ class PyEngine {
 
   // Copies of the weights, by checkpoint name (f32 on the CPU runner, bf16 on CUDA).
   py::dict weights() {
+    const Busy busy(busy_);
     py::dict out;
     for_each_weight(config_, weights_, [&](const std::string& name, const std::vector<std::int64_t>&, Tensor& slot,
                                            WeightInit) { out[py::str(name)] = to_dlpack(slot.clone()); });
@@ -162,6 +185,7 @@ class PyEngine {
   // Replaces the named weights (names and shapes checked before anything changes), then drops
   // the prefix cache: cached K/V was computed with the old weights.
   void load_weights(const py::dict& given) {
+    const Busy busy(busy_);
     HG_CHECK(engine_->running() == 0 && engine_->waiting() == 0, "load_weights: requests are still running");
     std::vector<std::pair<Tensor*, BorrowedTensor>> updates;
     std::size_t matched = 0;
@@ -202,6 +226,7 @@ class PyEngine {
 
   // A new engine over the same runner: an empty prefix cache (and metrics from zero).
   void reset_prefix_cache() {
+    const Busy busy(busy_);
     HG_CHECK(engine_->running() == 0 && engine_->waiting() == 0, "reset_prefix_cache: requests are still running");
     py::gil_scoped_release unlocked;
     engine_->drain();
@@ -261,6 +286,7 @@ class PyEngine {
   std::vector<engine::Completion> finished_;
   std::int64_t tokens_ = 0;
   bool keep_events_ = false;
+  mutable bool busy_ = false;  // a call is inside the engine (Busy)
 };
 
 }  // namespace

@@ -139,6 +139,27 @@ def test_ctrl_c_cancels_cleanly_and_the_engine_runs_on(tiny):
     assert len(again[0].outputs[0].token_ids) == 3
 
 
+def test_a_second_thread_is_refused_while_a_step_runs(tiny):
+    errors, done = [], threading.Event()
+
+    def other():
+        while not done.is_set():
+            try:
+                tiny.metrics()
+            except ValueError as e:
+                errors.append(str(e))
+                return
+
+    t = threading.Thread(target=other)
+    t.start()
+    try:
+        tiny.generate([SHARED] * 4, SamplingParams(temperature=0, max_tokens=300, ignore_eos=True), use_tqdm=False)
+    finally:
+        done.set()
+        t.join()
+    assert errors and "busy in another thread" in errors[0]
+
+
 def test_progress_bar_on_stderr_when_asked(tiny, capfd, monkeypatch):
     monkeypatch.setattr("sys.stderr.isatty", lambda: True, raising=False)
     tiny.generate([SHARED], SamplingParams(temperature=0, max_tokens=4))
