@@ -3,6 +3,7 @@
 The engine runs one step per call into the extension with the GIL released; the loop is here,
 so Ctrl-C (KeyboardInterrupt) lands between two steps: every request still running is
 cancelled, the engine drained, and the exception re-raised."""
+import numbers
 import sys
 import time
 
@@ -120,17 +121,16 @@ class LLM:
 
     @staticmethod
     def _ids(value, name):
-        try:
-            ids = [int(t) for t in value]
-        except (TypeError, ValueError):
-            raise ValueError(f"{name}: expected text or a list of token ids, got {value!r:.80}") from None
-        if not all(isinstance(t, int) and not isinstance(t, bool) for t in value):
-            raise ValueError(f"{name}: token ids must be integers")
-        return ids
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+            raise ValueError(f"{name}: expected text or a list of token ids, got {value!r:.80}")
+        ids = list(value)
+        if not all(isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in ids):
+            raise ValueError(f"{name}: token ids must be integers, got {ids!r:.80}")
+        return [int(t) for t in ids]
 
     def _prompts(self, prompts):
-        if isinstance(prompts, (str, dict)) or (isinstance(prompts, (list, tuple)) and prompts
-                                                and all(isinstance(t, int) for t in prompts)):
+        if isinstance(prompts, (str, dict)) or (hasattr(prompts, "__len__") and len(prompts) > 0
+                                                and all(isinstance(t, numbers.Integral) for t in prompts)):
             prompts = [prompts]
         return [self._prompt(p, i) for i, p in enumerate(prompts)]
 

@@ -214,7 +214,10 @@ class PyEngine {
       py::gil_scoped_release unlocked;
       engine_->drain();
       engine_.reset();
-      for (auto& [slot, src] : updates) slot->copy_from(src.tensor());
+      for (auto& [slot, src] : updates) {
+        const Tensor& t = src.tensor();
+        slot->copy_from(t.is_contiguous() || t.device() == Device::cuda ? t : t.clone());
+      }
       // The CPU runner reads these very tensors; the CUDA runner holds stacked copies: rebuilt.
       if (c_.device == "cuda") {
         runner_.reset();

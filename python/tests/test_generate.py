@@ -177,6 +177,10 @@ def test_bad_input(tiny):
         tiny.generate([SHARED], [SamplingParams(), SamplingParams()], use_tqdm=False)
     with pytest.raises(ValueError, match="no tokenizer"):
         tiny.generate("text without a tokenizer", use_tqdm=False)
+    with pytest.raises(ValueError, match="token ids must be integers"):
+        tiny.generate([[1, 2.5]], use_tqdm=False)
+    assert tiny.generate(np.array(SHARED), SamplingParams(temperature=0, max_tokens=2),
+                         use_tqdm=False)[0].prompt_token_ids == SHARED  # NumPy ids: one prompt
     with pytest.raises(ValueError, match="exactly one of"):
         tiny.generate([{"prompt": "a", "segments": ["b"]}], use_tqdm=False)
     out = tiny.generate([[1, 2, 99999], SHARED], SamplingParams(temperature=0, max_tokens=2), use_tqdm=False)

@@ -57,6 +57,14 @@ def test_torch_tensors_load_too():
         np.testing.assert_allclose(llm.state_dict()[name], v, rtol=1e-7)
 
 
+def test_strided_arrays_load_as_their_values():
+    llm = new_tiny()
+    name = "model.layers.0.mlp.down_proj.weight"
+    w = np.asfortranarray(perturbed(llm.state_dict())[name])
+    llm.load_weights({name: w})
+    np.testing.assert_array_equal(llm.state_dict()[name], w)
+
+
 def test_bad_weights_name_the_tensor_and_change_nothing():
     llm = new_tiny()
     before = llm.state_dict()
