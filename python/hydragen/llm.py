@@ -152,22 +152,34 @@ class LLM:
                                          outputs=[None] * p.n))
         return outputs, ids, params
 
-    def _run(self, ids, on_step, events=False, total=0, use_tqdm=False):
-        """Steps until idle; on_step(events, finished) after each. Ctrl-C cancels `ids`."""
-        progress = _Progress(total, use_tqdm)
+    def _steps(self, ids, events):
+        """One engine step per iteration: (tokens sampled, token events, completions). Closed
+        early (Ctrl-C, an exception, a consumer that stops), it cancels `ids` and drains the
+        engine, so the next call starts idle."""
+        done = False
         try:
             more = True
             while more:
                 more, tokens, evs, finished = self._engine.step(events)
+                yield tokens, evs, finished
+            done = True
+        finally:
+            if not done:
+                for rid in ids:
+                    self._engine.cancel(rid)
+                while self._engine.step(False)[0]:
+                    pass
+
+    def _run(self, ids, on_step, total=0, use_tqdm=False):
+        """Steps until idle, on_step(events, finished) after each, a progress bar of `total` tokens."""
+        progress = _Progress(total, use_tqdm)
+        steps = self._steps(ids, False)
+        try:
+            for tokens, evs, finished in steps:
                 progress.update(tokens)
                 on_step(evs, finished)
-        except KeyboardInterrupt:
-            for rid in ids:
-                self._engine.cancel(rid)
-            while self._engine.step(False)[0]:
-                pass
-            raise
         finally:
+            steps.close()
             progress.close()
 
     def _completion(self, c, params):
@@ -215,27 +227,14 @@ class LLM:
             for c in finished:
                 pending.append((index[c[0]], c[1], self._completion(c, params[index[c[0]]])))
 
-        stepper = self._steps(ids, on_step)
-        for _ in stepper:
-            yield from pending
-            pending.clear()
-
-    def _steps(self, ids, on_step):
-        """A generator running one engine step per iteration (cancelling `ids` if closed early)."""
-        done = False
+        steps = self._steps(ids, True)
         try:
-            more = True
-            while more:
-                more, _tokens, evs, finished = self._engine.step(True)
-                on_step(evs, finished)
-                yield
-            done = True
+            for _tokens, events, finished in steps:
+                on_step(events, finished)
+                yield from pending
+                pending.clear()
         finally:
-            if not done:
-                for rid in ids:
-                    self._engine.cancel(rid)
-                while self._engine.step(False)[0]:
-                    pass
+            steps.close()
 
     # ---- scoring -------------------------------------------------------------------------------
     def score(self, context, continuations, *, use_tqdm=False):

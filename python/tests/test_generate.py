@@ -109,6 +109,15 @@ def test_generate_stream_yields_every_token_then_the_completion(tiny):
             assert streamed[(r, o.index)] == o.token_ids == finals[(r, o.index)].token_ids
 
 
+def test_a_stream_left_early_cancels_its_requests(tiny):
+    stream = tiny.generate_stream([SHARED] * 3, SamplingParams(temperature=1.0, seed=2, max_tokens=500))
+    next(stream)
+    stream.close()
+    assert tiny._engine.running == 0 and tiny._engine.waiting == 0
+    assert len(tiny.generate(SHARED, SamplingParams(temperature=0, max_tokens=3),
+                             use_tqdm=False)[0].outputs[0].token_ids) == 3
+
+
 def test_text_prompts_and_stop_strings_match_the_cli(cli, tmp_path):
     demo = os.path.join(ROOT, "models", "demo")
     llm = hydragen.LLM(model=demo, device="cpu", kv_memory="32MiB", page_size=16)
