@@ -15,6 +15,7 @@
 #include "cli_parse.h"
 #include "generate.h"
 #include "hydragen/error.h"
+#include "serve.h"
 
 namespace {
 
@@ -66,6 +67,7 @@ int main(int argc, char** argv) {
 #endif
   int status = kExitOk;
   register_generate(app, status);
+  register_serve(app);
 
   try {
     check_subcommand_words(app, argc, argv);
