@@ -176,13 +176,13 @@ void EngineService::on_finish(const engine::Completion& c) {
     std::lock_guard lock(job->mutex_);
     last = job->unfinished_ == 1;
   }
-  deliver(*job, std::move(ev));
-  if (last) {
+  if (last) {  // its room in the queue is back before its client hears it is done
     metrics_.observe_request(seconds(Clock::now() - job->arrival_));
     for (engine::RequestId id : job->ids_) owners_.erase(id);
     std::lock_guard lock(mutex_);
     outstanding_ -= job->samples_;
   }
+  deliver(*job, std::move(ev));
 }
 
 }  // namespace hydragen::server

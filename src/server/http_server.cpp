@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <random>
+#include <thread>
 
 #include "server/api_error.h"
 #include "server/client_socket.h"
@@ -59,6 +60,7 @@ struct HttpServer::Impl {
   httplib::Server http;
   int port = -1;
   std::atomic<bool> stopping{false};
+  std::atomic<int> active{0};  // generation handlers running (a stream's until its provider is released)
   std::atomic<std::int64_t> next_id{0};
   std::mutex seed_mutex;
   std::mt19937_64 seeds{std::random_device{}()};
@@ -94,6 +96,13 @@ int HttpServer::bind() {
 void HttpServer::run() { impl_->http.listen_after_bind(); }
 
 bool HttpServer::running() const { return impl_->http.is_running(); }
+
+void HttpServer::refuse_new() { impl_->stopping = true; }
+
+void HttpServer::wait_idle(std::chrono::milliseconds timeout) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (impl_->active > 0 && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(5ms);
+}
 
 void HttpServer::stop() {
   impl_->stopping = true;
@@ -154,6 +163,16 @@ void HttpServer::routes() {
 }
 
 void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+  // Counted while it runs; a stream hands its count to its provider's releaser.
+  struct Active {
+    std::atomic<int>& count;
+    bool held = true;
+    explicit Active(std::atomic<int>& c) : count(c) { ++count; }
+    ~Active() {
+      if (held) --count;
+    }
+  } active_guard(active);
+  if (stopping) return send_error(res, ApiError(503, "the server is shutting down", "", "server_error"));
   auto g = std::make_shared<Generation>();
   try {
     g->request = chat ? parse_chat_request(req.body, model) : parse_completion_request(req.body, model);
@@ -188,7 +207,9 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
       "text/event-stream", [this, g](std::size_t, httplib::DataSink& sink) { return pump(*g, sink); },
       [this, g](bool) {
         if (!g->finished) service.cancel(g->job);
+        --active;
       });
+  active_guard.held = false;
 }
 
 // A whole response: waits for every choice (cancelling the job if the client goes away).

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -40,7 +41,11 @@ class HttpServer {
   // Serves until stop(); returns when every handler has returned.
   void run();
   bool running() const;
-  // Stops accepting connections (handlers in progress finish); /health reads 503 from now.
+  // Graceful stop, first half: new generation requests get 503 and /health reads 503.
+  void refuse_new();
+  // Waits (at most `timeout`) until no generation handler is running.
+  void wait_idle(std::chrono::milliseconds timeout);
+  // Closes the listener; handlers in progress are cut (refuse_new and wait_idle first).
   void stop();
 
  private:

@@ -42,8 +42,10 @@ int ServerStack::start() {
 void ServerStack::shutdown() {
   if (stopped_) return;
   stopped_ = true;
-  http_->stop();
+  http_->refuse_new();
   service_->shutdown(options_.shutdown_deadline);
+  http_->wait_idle(std::chrono::seconds(5));  // the streams write their last chunks
+  http_->stop();
   if (thread_.joinable()) thread_.join();
 }
 
