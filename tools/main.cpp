@@ -10,6 +10,7 @@
 
 #ifndef HYDRAGEN_NO_BENCH
 #include "bench_attention.h"
+#include "bench_serve.h"
 #endif
 #include "build_info.h"
 #include "cli_parse.h"
@@ -64,6 +65,7 @@ int main(int argc, char** argv) {
   hydragen::bench::register_bench_attention(*bench);
   hydragen::bench::register_bench_e2e(*bench);
   hydragen::bench::register_bench_host(*bench);
+  hydragen::bench::register_bench_serve(*bench);
 #endif
   int status = kExitOk;
   register_generate(app, status);

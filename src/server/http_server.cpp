@@ -257,8 +257,12 @@ bool HttpServer::Impl::pump(Generation& g, httplib::DataSink& sink) {
     if (!e.finished) {
       text += c.push(e.token);
       json lp = c.take_logprobs();
-      if (text.empty() && !first && lp.is_null()) continue;  // held back (a partial character or stop string)
-      if (!send(stream_chunk(g.request, g.id, g.created, g.model, c.index(), text, first, lp, nullptr))) return false;
+      // Text held back (a partial character, a possible stop string) waits; without a tokenizer
+      // every token is a chunk of its id.
+      if (text.empty() && !first && lp.is_null() && model.tokenizer) continue;
+      const std::vector<std::int32_t> ids = model.tokenizer ? std::vector<std::int32_t>{} : std::vector{e.token.token};
+      if (!send(stream_chunk(g.request, g.id, g.created, g.model, c.index(), text, first, lp, nullptr, ids)))
+        return false;
       continue;
     }
     text += c.finish(e.completion);

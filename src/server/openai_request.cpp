@@ -74,7 +74,11 @@ std::vector<std::int32_t> token_ids(const json& list, const ModelInfo& model, co
 std::vector<std::int32_t> encode(const std::string& text, const ModelInfo& model, bool special, const char* param) {
   if (model.tokenizer == nullptr)
     bad_request(param, "this model has no tokenizer: give '", param, "' as token ids");
-  return model.tokenizer->encode(text, special);
+  try {
+    return model.tokenizer->encode(text, special);
+  } catch (const Error& e) {
+    bad_request(param, "'", param, "' cannot be tokenized: ", e.what());
+  }
 }
 
 std::string decode(const std::vector<std::int32_t>& ids, const ModelInfo& model) {

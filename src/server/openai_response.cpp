@@ -129,7 +129,7 @@ json completion_response(const OpenAiRequest& request, const std::vector<ChoiceS
 
 json stream_chunk(const OpenAiRequest& request, const std::string& id, std::int64_t created, const std::string& model,
                   int index, const std::string& text, bool first, const json& logprobs,
-                  const std::string* finish_reason) {
+                  const std::string* finish_reason, const std::vector<std::int32_t>& token_ids) {
   json choice = {{"index", index}, {"logprobs", logprobs},
                  {"finish_reason", finish_reason ? json(openai_finish_reason(*finish_reason)) : json(nullptr)}};
   if (request.chat) {
@@ -140,6 +140,7 @@ json stream_chunk(const OpenAiRequest& request, const std::string& id, std::int6
   } else {
     choice["text"] = text;
   }
+  if (!token_ids.empty()) choice["token_ids"] = token_ids;
   json chunk = {{"id", id},
                 {"object", request.chat ? "chat.completion.chunk" : "text_completion"},
                 {"created", created},

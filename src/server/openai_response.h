@@ -66,11 +66,13 @@ nlohmann::json completion_response(const OpenAiRequest& request, const std::vect
                                    const std::string& id, std::int64_t created, const std::string& model,
                                    std::int64_t prompt_tokens);
 
-// One stream chunk of one choice: a text piece (the chat's delta), its logprobs, and its
-// finish reason once finished (null before).
+// One stream chunk of one choice: a text piece (the chat's delta), its logprobs, its finish
+// reason once finished (null before), and the ids of its tokens (an extension, as vLLM's
+// return_token_ids: a model without a tokenizer streams ids only).
 nlohmann::json stream_chunk(const OpenAiRequest& request, const std::string& id, std::int64_t created,
                             const std::string& model, int index, const std::string& text, bool first,
-                            const nlohmann::json& logprobs, const std::string* finish_reason);
+                            const nlohmann::json& logprobs, const std::string* finish_reason,
+                            const std::vector<std::int32_t>& token_ids = {});
 
 // The last chunk of stream_options.include_usage: no choices, the usage.
 nlohmann::json usage_chunk(const OpenAiRequest& request, const std::string& id, std::int64_t created,
