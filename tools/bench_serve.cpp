@@ -232,10 +232,16 @@ void run_serve_bench(const ServeBenchOptions& o) {
     }
   }
   const std::string device = cli::pick_device(o.device);
-  const ModelConfig config = o.model_dir.empty() ? load_preset(o.random_preset) : load_model_config(o.model_dir);
+  ModelConfig config = o.model_dir.empty() ? load_preset(o.random_preset) : load_model_config(o.model_dir);
   const std::int64_t longest = std::max(o.system_tokens + o.user_tokens, o.long_prompt_tokens) + o.new_tokens;
-  if (config.max_position_embeddings > 0 && longest > config.max_position_embeddings)
-    cli::usage_error("a request of ", longest, " tokens passes the model's context of ", config.max_position_embeddings);
+  if (config.max_position_embeddings > 0 && longest > config.max_position_embeddings) {
+    if (!o.model_dir.empty())
+      cli::usage_error("a request of ", longest, " tokens passes the model's context of ", config.max_position_embeddings);
+    // Random weights know no context: widen it to the longest request, as bench e2e does.
+    std::printf("note: %s's context widened from %lld to %lld positions (random weights)\n", o.random_preset.c_str(),
+                static_cast<long long>(config.max_position_embeddings), static_cast<long long>(longest));
+    config.max_position_embeddings = longest;
+  }
   const auto runner = cli::make_model_runner(o, device, config, cli::runner_options_of(o));
   json rows = json::array();
   std::printf("%-9s %-7s %5s %9s %10s %9s %9s %9s %9s %10s\n", "mode", "prompts", "conc", "done", "tok/s", "ttft p50",
