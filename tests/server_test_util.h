@@ -65,6 +65,7 @@ struct TestServer {
     options.served_model_name = "demo";
     options.http.port = 0;
     options.eos_ids = demo.eos;
+    if (options.http.threads == 0) options.http.threads = 32;
     std::optional<chat::ChatTemplateSource> tpl;
     if (chat) tpl = chat::ChatTemplateSource{kChatMl, "", "", "test"};
     stack = std::make_unique<server::ServerStack>(*runner, demo.tokenizer.get(), tpl, options);
