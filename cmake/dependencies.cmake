@@ -20,6 +20,9 @@ hydragen_require(PCRE2_FOUND "PCRE2 (tokenizer pre-tokenizer regex)" libpcre2-de
 pkg_check_modules(SENTENCEPIECE IMPORTED_TARGET sentencepiece)
 hydragen_require(SENTENCEPIECE_FOUND "SentencePiece (tokenizer.model)" libsentencepiece-dev)
 
+pkg_check_modules(HTTPLIB IMPORTED_TARGET cpp-httplib)
+hydragen_require(HTTPLIB_FOUND "cpp-httplib (hydragen serve)" libcpp-httplib-dev)
+
 find_package(nlohmann_json 3 QUIET)
 hydragen_require(nlohmann_json_FOUND "nlohmann-json" nlohmann-json3-dev)
 find_package(CLI11 QUIET)
