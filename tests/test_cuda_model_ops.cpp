@@ -320,8 +320,7 @@ TEST(CudaModel, ForwardMatchesCpuForward) {
 #endif
 }
 
-// Qwen3's q/k norm (head dim 128, tied) and Phi-3's fused weights (GQA 2/1; at head dim 64,
-// since the CUDA attention kernels do not take Phi-3's 96 yet).
+// Qwen3's q/k norm (head dim 128, tied) and Phi-3's fused weights (head dim 96, GQA 2/1).
 TEST(CudaModel, Qwen3AndPhi3ForwardsMatchCpuForward) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA
@@ -329,8 +328,8 @@ TEST(CudaModel, Qwen3AndPhi3ForwardsMatchCpuForward) {
   qwen3.qk_norm = true;
   qwen3.tie_word_embeddings = true;
   check_forward_matches_cpu(qwen3);
-  ModelConfig phi3 = small_config("Phi3ForCausalLM", 64);
-  phi3.hidden_size = 128, phi3.num_heads = 2, phi3.num_kv_heads = 1;
+  ModelConfig phi3 = small_config("Phi3ForCausalLM", 96);
+  phi3.hidden_size = 192, phi3.num_heads = 2, phi3.num_kv_heads = 1;
   phi3.fused_projections = true;
   check_forward_matches_cpu(phi3);
 #endif

@@ -1,6 +1,6 @@
 // The bf16 CUDA forward pass against transformers (issue 4's GPU criterion) on the fixtures
 // whose head dim the CUDA attention kernels take (tests/fixtures/model: tiny-llama-d64, and
-// Llama 3.2's and Mistral v0.3's shapes, tiny-llama32 and tiny-mistral03):
+// the shapes of Llama 3.2, Mistral v0.3 and Phi-3: tiny-llama32, tiny-mistral03, tiny-phi3):
 // logits within 2e-2 relative at every prompt position and greedy continuations that agree
 // where bf16 can decide them (see the greedy test), in every attention mode, through the paged
 // forward (paged_model_util.h). Skipped without a CUDA device.
@@ -35,8 +35,8 @@ namespace hydragen {
 namespace {
 
 constexpr const char* kFixture = "tiny-llama-d64";
-// Every fixture of head dim 64 or 128 (tiny-qwen3 has 32, tiny-phi3 96).
-constexpr const char* kCudaFixtures[] = {"tiny-llama-d64", "tiny-llama32", "tiny-mistral03"};
+// Every fixture of a head dim the CUDA kernels take (tiny-qwen3's is 32).
+constexpr const char* kCudaFixtures[] = {"tiny-llama-d64", "tiny-llama32", "tiny-mistral03", "tiny-phi3"};
 constexpr double kMaxRelative = 2e-2;  // bf16 weights and activations against fp32 transformers
 
 std::vector<std::int32_t> ids(const nlohmann::json& list) {
@@ -47,7 +47,7 @@ std::vector<std::int32_t> ids(const nlohmann::json& list) {
 // repeat their last token; make-reference.py picks a seed whose runs do not). Needs no GPU.
 // (tiny-llama32's tied runs repeat a few tokens: its greedy check rests on the near-tie rule.)
 TEST(CudaModelReference, FixtureGreedyRunsAreVaried) {
-  for (const char* fixture : {kFixture, "tiny-mistral03"}) {
+  for (const char* fixture : {kFixture, "tiny-mistral03", "tiny-phi3"}) {
     const nlohmann::json record = test::read_json(test::model_fixture_dir() / fixture / "reference.json");
     for (const auto& run : record.at("greedy")) {
       const std::vector<std::int32_t> tokens = ids(run.at("tokens"));
