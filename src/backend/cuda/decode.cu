@@ -48,7 +48,7 @@ DecodeEntries entries() {
 }  // namespace
 
 DecodeEntries decode_entries(DType dtype, int head_dim) {
-  return for_head_dim(dtype, head_dim, []<class T, int D>() { return entries<T, D>(); });
+  return for_head_dim(dtype, head_dim, [](auto t, auto d) { return entries<typename decltype(t)::type, decltype(d)::value>(); });
 }
 
 }  // namespace hydragen::cuda

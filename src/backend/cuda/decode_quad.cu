@@ -15,7 +15,9 @@ void launch(const PagedAttentionParams& p, int grid, cudaStream_t stream, bool d
 
 KernelEntry decode_quad_entry(DType dtype, int head_dim) {
   constexpr int kBlocks = QuadShape<__half, 128>::kMinBlocks;  // (its launch bounds)
-  return for_head_dim(dtype, head_dim, []<class T, int D>() { return KernelEntry{launch<T, D>, kBlocks}; });
+  return for_head_dim(dtype, head_dim, [](auto t, auto d) {
+    return KernelEntry{launch<typename decltype(t)::type, decltype(d)::value>, kBlocks};
+  });
 }
 
 }  // namespace hydragen::cuda

@@ -8,6 +8,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "hydragen/dtype.h"
 
 namespace hydragen::cuda {
@@ -23,16 +25,17 @@ struct KernelEntry {
   int blocks_per_sm = 0;  // resident blocks per SM; 0: no code for this device or head dim
 };
 
-// make.template operator()<T, D>() for the dtype's element type (bf16, else fp16) and the head
-// dim's D (64, 96, else 128: the runner checked it), the one switch of every family's entries.
+// make(std::type_identity<T>, std::integral_constant<int, D>) for the dtype's element type T
+// (bf16, else fp16) and the head dim's D (64, 96, else 128: the runner checked it): the one
+// switch of every family's entries.
 template <class Make>
 auto for_head_dim(DType dtype, int head_dim, Make&& make) {
-  auto by_dim = [&]<class T>() {
-    if (head_dim == 64) return make.template operator()<T, 64>();
-    if (head_dim == 96) return make.template operator()<T, 96>();
-    return make.template operator()<T, 128>();
+  auto by_dim = [&](auto type) {
+    if (head_dim == 64) return make(type, std::integral_constant<int, 64>{});
+    if (head_dim == 96) return make(type, std::integral_constant<int, 96>{});
+    return make(type, std::integral_constant<int, 128>{});
   };
-  return dtype == DType::bf16 ? by_dim.template operator()<__nv_bfloat16>() : by_dim.template operator()<__half>();
+  return dtype == DType::bf16 ? by_dim(std::type_identity<__nv_bfloat16>{}) : by_dim(std::type_identity<__half>{});
 }
 
 // The mma.sync shared kernel (every device, head dims 64, 96 and 128).

@@ -28,7 +28,7 @@ KernelEntry entry() {
 }  // namespace
 
 KernelEntry shared_mma_entry(DType dtype, int head_dim) {
-  return for_head_dim(dtype, head_dim, []<class T, int D>() { return entry<T, D>(); });
+  return for_head_dim(dtype, head_dim, [](auto t, auto d) { return entry<typename decltype(t)::type, decltype(d)::value>(); });
 }
 
 }  // namespace hydragen::cuda

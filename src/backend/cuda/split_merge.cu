@@ -105,8 +105,9 @@ void launch(const PagedAttentionParams& p, int grid, cudaStream_t stream, bool d
 }  // namespace
 
 KernelEntry split_merge_entry(DType dtype, int head_dim) {
-  return for_head_dim(dtype, head_dim,
-                      []<class T, int D>() { return KernelEntry{launch<T, D>, kSplitMergeBlocksPerSm}; });
+  return for_head_dim(dtype, head_dim, [](auto t, auto d) {
+    return KernelEntry{launch<typename decltype(t)::type, decltype(d)::value>, kSplitMergeBlocksPerSm};
+  });
 }
 
 }  // namespace hydragen::cuda
