@@ -109,7 +109,7 @@ __device__ __forceinline__ void load_lane_dims(const T* at, float (&v)[DL]) {
 }
 
 // o = DL fp32 values of a state row at `at` (__ldcg: written by another block of this launch
-// or the one before), and their store.
+// or the one before): one 16- or 8-byte load, or three 4-byte ones.
 template <int DL>
 __device__ __forceinline__ void load_state_dims(const float* at, float (&o)[DL]) {
   if constexpr (DL == 4) {
