@@ -142,7 +142,7 @@ TEST_F(ChatTemplateLoader, FifosAndDeepJsonAreRefusedByName) {
 }
 
 TEST_F(ChatTemplateLoader, EveryFixtureLoadsAsAnOverride) {
-  const fs::path fixtures = fs::path(__FILE__).parent_path() / "fixtures" / "chat";
+  const fs::path fixtures = fs::path(HYDRAGEN_TEST_FIXTURES) / "chat";
   write("tokenizer_config.json", Json{{"bos_token", "<|begin_of_text|>"}, {"eos_token", "<|eot_id|>"}}.dump());
   int n = 0;
   for (const auto& entry : fs::directory_iterator(fixtures)) {

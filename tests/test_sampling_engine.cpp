@@ -2,7 +2,8 @@
 // with penalties equals a reference loop (the whole sequence's logits every step, the
 // penalties counted from its tokens by sampling_test_util.h, the argmax); a frequency penalty
 // breaks the greedy repetition loop; sampled runs with every penalty give the same tokens with
-// overlapped steps on and off and in every attention mode; the runner returns the top-N.
+// overlapped steps on and off and in every attention mode; the runner returns the top-N, and
+// the engine carries it into TokenEvent and Completion.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -110,6 +111,57 @@ TEST(EnginePenalties, TheRunnerReturnsTheTopN) {
   const test::FixtureModel m = test::load_fixture_model("tiny-llama");
   auto runner = test::cpu_runner(m);
   sample::test::expect_runner_top_n(*runner, "cpu");
+}
+
+bool same(const std::vector<sample::TokenLogprob>& a, const std::vector<sample::TokenLogprob>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const auto& x, const auto& y) {
+    return x.token == y.token && x.logprob == y.logprob;
+  });
+}
+
+// Each token's top-N reaches its TokenEvent and its Completion: N entries, descending, the
+// greedy token first with its own logprob; a request without logprobs in the same batch has none.
+TEST(EnginePenalties, TopNReachesTokenEventsAndCompletions) {
+  const test::FixtureModel m = test::load_fixture_model("tiny-llama");
+  auto runner = test::cpu_runner(m);
+  for (const bool overlap : {true, false}) {
+    sample::SamplingParams with_top;
+    with_top.logprobs = 5;
+    const auto prompt = m.reference["prompts"][1].get<std::vector<std::int32_t>>();
+    std::vector<GenerationRequest> requests = {request(prompt, 6, with_top), request(prompt, 6, {})};
+    requests[0].n = 2;
+    std::vector<engine::TokenEvent> events;
+    engine::EngineOptions options;
+    options.overlap_steps = overlap;
+    options.on_token = [&](const engine::TokenEvent& e) { events.push_back(e); };
+    const std::vector<engine::Completion> out = test::run_engine(*runner, requests, options);
+    ASSERT_EQ(out.size(), 3u);
+    for (int i = 0; i < 2; ++i) {
+      const engine::Completion& c = out[static_cast<std::size_t>(i)];
+      ASSERT_EQ(c.top_logprobs.size(), c.tokens.size());
+      for (std::size_t t = 0; t < c.tokens.size(); ++t) {
+        const auto& top = c.top_logprobs[t];
+        ASSERT_EQ(top.size(), 5u);
+        EXPECT_EQ(top[0].token, c.tokens[t]) << "greedy: the most likely token first";
+        EXPECT_FLOAT_EQ(top[0].logprob, c.logprobs[t]);
+        for (std::size_t j = 1; j < top.size(); ++j) EXPECT_GE(top[j - 1].logprob, top[j].logprob);
+      }
+      for (std::size_t t = 0; t < c.tokens.size(); ++t)
+        EXPECT_TRUE(same(c.top_logprobs[t], out[0].top_logprobs[t])) << "greedy samples agree";
+    }
+    EXPECT_TRUE(out[2].top_logprobs.empty());
+    std::size_t with_n = 0;
+    for (const engine::TokenEvent& e : events) {
+      if (e.request == 1) {
+        EXPECT_TRUE(e.top_logprobs.empty());
+        continue;
+      }
+      ++with_n;
+      const engine::Completion& c = out[static_cast<std::size_t>(e.sample)];
+      EXPECT_TRUE(same(e.top_logprobs, c.top_logprobs[static_cast<std::size_t>(e.index)]));
+    }
+    EXPECT_EQ(with_n, 12u);
+  }
 }
 
 }  // namespace

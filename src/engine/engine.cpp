@@ -198,7 +198,13 @@ bool Engine::collect() {
     }
     seq.in_flight -= 1;
     ++stats_.decode_tokens;
-    take_token(seq, out.tokens[r], out.logprobs[r], now);
+    std::span<const sample::TokenLogprob> top;
+    if (seq.params.logprobs > 0 && !out.top.empty()) {
+      const auto n = std::min<std::size_t>(static_cast<std::size_t>(seq.params.logprobs),
+                                           static_cast<std::size_t>(runner_.config().vocab_size));
+      top = std::span(out.top).subspan(r * sample::kMaxTopLogprobs, n);
+    }
+    take_token(seq, out.tokens[r], out.logprobs[r], top, now);
   }
   stats_.decode_steps += flight.rows.empty() ? 0 : 1;
   return !flight.rows.empty();
@@ -214,13 +220,16 @@ void Engine::set_overlap_steps(bool on) {
   options_.overlap_steps = on;
 }
 
-void Engine::take_token(Sequence& seq, std::int32_t token, float logprob, Clock::time_point time) {
+void Engine::take_token(Sequence& seq, std::int32_t token, float logprob, std::span<const sample::TokenLogprob> top,
+                        Clock::time_point time) {
   Completion& c = seq.completion;
   c.tokens.push_back(token);
   c.logprobs.push_back(logprob);
+  if (seq.params.logprobs > 0) c.top_logprobs.emplace_back(top.begin(), top.end());
   ++counters_.generated_tokens;
   if (options_.on_token)
-    options_.on_token(TokenEvent{c.request, c.sample, token, logprob, seq.generated() - 1, time});
+    options_.on_token(TokenEvent{c.request, c.sample, token, logprob, seq.generated() - 1, time,
+                                 std::vector<sample::TokenLogprob>(top.begin(), top.end())});
   const auto& stops = seq.request->stop_token_ids;
   if (std::find(stops.begin(), stops.end(), token) != stops.end() || hit_stop_string(seq)) finish(seq, "stop");
   else if (seq.generated() >= seq.request->max_new_tokens) finish(seq, "length");
@@ -275,6 +284,8 @@ void Engine::skip_suffix_tokens(std::int64_t tokens) {
     const std::int32_t input = seq.own_token(seq.own_target());  // the next row's input token
     seq.completion.tokens.insert(seq.completion.tokens.end(), static_cast<std::size_t>(tokens), input);
     seq.completion.logprobs.insert(seq.completion.logprobs.end(), static_cast<std::size_t>(tokens), 0.f);
+    if (seq.params.logprobs > 0)
+      seq.completion.top_logprobs.insert(seq.completion.top_logprobs.end(), static_cast<std::size_t>(tokens), {});
   });
 }
 

@@ -127,7 +127,8 @@ class Engine {
   void launch(const ScheduledStep& work);
   // Collects the oldest step in flight: its tokens, stops and finishes. Whether it had decode rows.
   bool collect();
-  void take_token(Sequence& seq, std::int32_t token, float logprob, std::chrono::steady_clock::time_point time);
+  void take_token(Sequence& seq, std::int32_t token, float logprob, std::span<const sample::TokenLogprob> top,
+                  std::chrono::steady_clock::time_point time);
   bool hit_stop_string(const Sequence& seq) const;
   void finish(Sequence& seq, const char* reason, const std::string& error = {}, bool pool_full = false);
   void record(const Completion& c);  // metrics, on_finish, the request's bookkeeping

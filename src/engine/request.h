@@ -28,6 +28,10 @@ struct GenerationRequest {
   // prompt is copied into the sequence's own pages: sharing limited to a root prefix, as
   // the paper's one-level baseline of its two-level experiment.
   std::int64_t max_shared_tokens = -1;
+  // Scoring: token i of the completion is forced_tokens[i] instead of a draw, its logprob the
+  // model's (the log-probability of this continuation given the prompt); when given, n = 1
+  // and max_new_tokens = its size. Stop tokens and strings still end it early.
+  std::vector<std::int32_t> forced_tokens;
 };
 
 // One sampled token, as it reaches the host. Tokens collected from one step share a time.
@@ -38,6 +42,8 @@ struct TokenEvent {
   float logprob = 0;       // log-probability under the model
   std::int64_t index = 0;  // the token's place in its completion (0: the first)
   std::chrono::steady_clock::time_point time;
+  // The top-N (N = sampling.logprobs, at most the vocab), most likely first; empty when N = 0.
+  std::vector<sample::TokenLogprob> top_logprobs;
 };
 
 struct Completion {
@@ -45,6 +51,8 @@ struct Completion {
   int sample = 0;
   std::vector<std::int32_t> tokens;
   std::vector<float> logprobs;  // log-probability of each token under the model
+  // Per token, its top-N (as TokenEvent::top_logprobs); empty when sampling.logprobs = 0.
+  std::vector<std::vector<sample::TokenLogprob>> top_logprobs;
   // "stop" (a stop token or string), "length", "cancelled" (Engine::cancel) or "error".
   std::string finish_reason;
   std::string error;          // why a malformed request failed (it fails alone)
