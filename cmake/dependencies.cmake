@@ -17,6 +17,8 @@ add_library(hydragen::blas ALIAS PkgConfig::OPENBLAS)
 
 pkg_check_modules(PCRE2 IMPORTED_TARGET libpcre2-8)
 hydragen_require(PCRE2_FOUND "PCRE2 (tokenizer pre-tokenizer regex)" libpcre2-dev)
+pkg_check_modules(UTF8PROC IMPORTED_TARGET libutf8proc)
+hydragen_require(UTF8PROC_FOUND "utf8proc (tokenizer NFC/NFKC normalizers)" libutf8proc-dev)
 pkg_check_modules(SENTENCEPIECE IMPORTED_TARGET sentencepiece)
 hydragen_require(SENTENCEPIECE_FOUND "SentencePiece (tokenizer.model)" libsentencepiece-dev)
 
