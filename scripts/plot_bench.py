@@ -5,8 +5,9 @@ attention vs batch size, one line per prefix length, one panel per (shape, suffi
     scripts/plot_bench.py bench/results/cpu-attention-DATE.json -o docs/cpu-attention-speedup.png
     scripts/plot_bench.py bench/results/cpu-attention-DATE.json --markdown   (tables for docs/)
 
-Solid lines: hydragen (and hydragen-root when present, dash-dot). Dotted: dense. A cross
-marks a point a mode could not run (out of memory), drawn at speedup 0 like the paper's X.
+Solid lines: hydragen (and hydragen-root when present, dash-dot). Dotted: dense. The speedup
+axis is logarithmic; a cross on a panel's floor marks a point a mode could not run (out of
+memory), like the paper's X.
 """
 import argparse
 import json
@@ -21,6 +22,7 @@ except ImportError:
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from plot_common import figure_legend_entries, mark_out_of_memory, plain_log_ticks  # noqa: E402
 
 MODE_STYLE = {"hydragen": "-", "hydragen-root": "-.", "dense": ":"}
 
@@ -64,6 +66,8 @@ def plot(report, rows, out_path, title):
     colors = {p: plt.cm.viridis(i / max(1, len(prefixes) - 1) * 0.85) for i, p in enumerate(prefixes)}
     fig, axes = plt.subplots(len(shapes), len(suffixes), figsize=(max(8.0, 4.6 * len(suffixes)), 3.4 * len(shapes) + 1.2),
                              squeeze=False, sharex=True)
+    any_oom = False
+    legend_order = {}
     for r, shape in enumerate(shapes):
         for c, suffix in enumerate(suffixes):
             ax = axes[r][c]
@@ -74,13 +78,16 @@ def plot(report, rows, out_path, title):
                 ys = [s for b, s in points if s is not None]
                 style = MODE_STYLE.get(mode, "--")
                 label = f"{mode}, prefix {tokens(prefix)}"
+                legend_order[label] = (mode, prefix)
                 ax.plot(xs, ys, style, marker="o", ms=4, color=colors[prefix], label=label,
                         lw=2 if mode == "hydragen" else 1.2)
                 oom = [b for b, s in points if s is None]
-                ax.plot(oom, [0] * len(oom), "x", color=colors[prefix], ms=8, mew=2)
+                any_oom = any_oom or bool(oom)
+                mark_out_of_memory(ax, oom, colors[prefix])
             ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            plain_log_ticks(ax)
             ax.set_title(f"{shape}\nsuffix {tokens(suffix)}", fontsize=9)
-            ax.set_ylim(bottom=0)
             ax.grid(True, alpha=0.3)
             if r == len(shapes) - 1:
                 ax.set_xlabel("batch (sequences sharing the prefix)")
@@ -90,10 +97,10 @@ def plot(report, rows, out_path, title):
     for ax in axes[-1]:
         ax.set_xticks(batches)
         ax.set_xticklabels([str(b) for b in batches])
-    handles, labels = axes[0][0].get_legend_handles_labels()
+    handles, labels = figure_legend_entries([ax for row in axes for ax in row], any_oom, order=legend_order)
     fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
-    fig.suptitle(title or f"{report.get('tool', 'bench')}: speedup over paged\n{report.get('device', '')}, "
-                 f"commit {report.get('git_commit', '?')[:8]}, {report.get('date', '')[:10]}", fontsize=10)
+    fig.suptitle(title or f"speedup over paged attention (log scale)\n{report.get('device', '')}, "
+                 f"{report.get('date', '')[:10]}", fontsize=10)
     legend_rows = (len(labels) + 2) // 3
     fig.tight_layout(rect=(0, 0.035 * legend_rows + 0.02, 1, 0.93))
     fig.savefig(out_path, dpi=130)
@@ -139,16 +146,18 @@ def markdown_tables(report, rows):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("json", help="a JSON written by `hydragen bench attention --json`")
+    parser.add_argument("json", nargs="+", help="JSON written by `hydragen bench attention --json` (rows joined)")
     parser.add_argument("-o", "--output", default=None, help="PNG path (default: the JSON's name with .png)")
     parser.add_argument("--title", default=None)
     parser.add_argument("--markdown", action="store_true", help="print markdown tables instead of plotting")
     args = parser.parse_args()
-    report, rows = load_rows(args.json)
+    report, rows = load_rows(args.json[0])
+    for path in args.json[1:]:
+        rows = rows + load_rows(path)[1]
     if args.markdown:
         print(markdown_tables(report, rows))
         return
-    out = args.output or args.json.rsplit(".", 1)[0] + ".png"
+    out = args.output or args.json[0].rsplit(".", 1)[0] + ".png"
     plot(report, rows, out, args.title)
 
 

@@ -3,7 +3,7 @@
 
     scripts/plot_e2e.py SWEEP.json [SWEEP2.json ...] -o docs/e2e-throughput.png
         one row of panels per preset: decode tokens/s vs batch, one panel per prefix, a line
-        per mode (an x at the bottom: out of memory, the paper's X)
+        per mode (an x on the floor: out of memory, the paper's X)
     scripts/plot_e2e.py SWEEP.json --markdown          tables for docs/
     scripts/plot_e2e.py --docqa DOCQA.json --two-level TWO.json -o docs/e2e-scenarios.png
 """
@@ -18,6 +18,7 @@ except ImportError:
     sys.exit("plot_e2e.py needs matplotlib: apt-get install python3-matplotlib (run it with /usr/bin/python3)")
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from plot_common import figure_legend_entries, mark_out_of_memory  # noqa: E402
 
 MODES = ["hydragen", "paged", "dense", "none"]
 STYLE = {"hydragen": ("C0", "-o"), "paged": ("C1", "-s"), "dense": ("C2", "-^"), "none": ("C7", "--")}
@@ -50,18 +51,20 @@ def sweep_figure(reports, out):
                 color, style = STYLE[mode]
                 ax.plot([r["batch"] for r in ok], [r["tokens_per_s"] / 1e3 for r in ok], style, color=color,
                         label=mode, markersize=4)
-                oom = [r["batch"] for r in rows if r["skipped"]]
-                ax.plot(oom, [0] * len(oom), "x", color=color, markersize=7)
+                mark_out_of_memory(ax, [r["batch"] for r in rows if r["skipped"]], color)
             ax.set_xscale("log", base=2)
+            batches = sorted({r["batch"] for r in report["rows"]})
+            ax.set_xticks(batches, [str(b) for b in batches], fontsize=7)
+            ax.minorticks_off()
             ax.set_title(f"{preset}, prefix {tok(prefix)}", fontsize=9)
             ax.set_xlabel("batch")
             if j == 0:
                 ax.set_ylabel("decode K tokens/s")
             ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=8)
-    fig.suptitle(f"hydragen bench e2e, {reports[0]['device']}, 128 new tokens, random weights (x: out of memory)",
-                 fontsize=10)
-    fig.tight_layout()
+    handles, labels = figure_legend_entries([ax for row in axes for ax in row], True)
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)
+    fig.suptitle(f"decode throughput, {reports[0]['device']}, 128 new tokens, random weights", fontsize=10)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     fig.savefig(out, dpi=110)
 
 
@@ -96,8 +99,7 @@ def scenarios_figure(docqa, two_level, out):
         ok = [r for r in rows if not r["skipped"]]
         color, style = STYLE[mode]
         a.plot([r["batch"] for r in ok], [r["total_s"] for r in ok], style, color=color, label=mode)
-        oom = [r["batch"] for r in rows if r["skipped"]]
-        a.plot(oom, [0] * len(oom), "x", color=color, markersize=7)
+        mark_out_of_memory(a, [r["batch"] for r in rows if r["skipped"]], color)
     r0 = docqa["rows"][0]
     a.set_title(f"{r0['preset']}: {r0['doc_tokens']}-token document + B questions, {r0['new_tokens']} new tokens",
                 fontsize=9)
@@ -105,7 +107,7 @@ def scenarios_figure(docqa, two_level, out):
     a.set_ylabel("total time, s (prefill + decode)")
     a.set_xscale("log", base=2)
     a.grid(alpha=0.3)
-    a.legend(fontsize=8)
+    a.legend(*figure_legend_entries([a], any(r["skipped"] for r in docqa["rows"])), fontsize=8)
     # The whole job's time where the bench computed it (job_s_computed: rounds x one timed
     # round), else the round's decode rate.
     job = any("job_s_computed" in r for r in two_level["rows"])
@@ -114,15 +116,14 @@ def scenarios_figure(docqa, two_level, out):
         ok = [r for r in rows if not r["skipped"]]
         ys = [r["job_s_computed"] if job else r["tokens_per_s"] / 1e3 for r in ok]
         b.plot([r["batch"] for r in ok], ys, "-o", color=color, label=level)
-        oom = [r["batch"] for r in rows if r["skipped"]]
-        b.plot(oom, [0] * len(oom), "x", color=color, markersize=7)
+        mark_out_of_memory(b, [r["batch"] for r in rows if r["skipped"]], color)
     r0 = two_level["rows"][0]
     b.set_title(f"{r0['preset']}: {r0['fewshot_tokens']}-token prompt, " + (f"{r0['total_problems']} " if job else "")
                 + f"problems of {r0['problem_tokens']}, {r0['samples']} x {r0['new_tokens']} tokens", fontsize=8.5)
     b.set_xlabel("batch (problems per round x samples)")
     b.set_ylabel("whole job, s (rounds x one timed round)" if job else "decode K tokens/s")
     b.grid(alpha=0.3)
-    b.legend(fontsize=8)
+    b.legend(*figure_legend_entries([b], any(r["skipped"] for r in two_level["rows"])), fontsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
 

@@ -33,6 +33,7 @@ struct PagedShape {
   std::vector<std::int64_t> suffix_lengths = {0, 1, 9, 64, 100};
   int max_query_tokens = 1;  // causal: a sequence's query tokens lie in its suffix
   bool random_first_slot = true;
+  bool parentless_sequences = true;  // some sequences under no segment (else all under one)
   bool dense = false;          // the plan reads each sequence's own copy of its context (copy_slots)
   bool round_to_bf16 = false;  // pool and q exact in bf16 (the GPU tests)
   double key_growth = 0;       // K of token j of a run (of n) times 2^(key_growth * j / n): late maxima
@@ -112,8 +113,8 @@ inline PagedCase random_paged_case(const PagedShape& shape, Rng& rng) {
   std::vector<int> seq_parent, query_tokens;
   std::vector<Run> suffixes;
   for (int b = 0; b < shape.batch; ++b) {
-    const int roll = rng.uniform_int(0, 9);
-    seq_parent.push_back(roll == 0 ? kNoParent
+    const int roll = rng.uniform_int(0, 9);  // drawn either way: a seed replays the same case
+    seq_parent.push_back(roll == 0 && shape.parentless_sequences ? kNoParent
                          : roll <= 2 ? rng.uniform_int(0, static_cast<int>(segments.size()) - 1)
                                      : rng.pick(level));
     Run run;

@@ -403,6 +403,7 @@ TEST(CudaAttention, DecodeMergesOfManyColumnsMatchReference) {
     shape.segment_lengths = {t.segment};
     shape.suffix_lengths = {t.suffix};
     shape.round_to_bf16 = true;
+    shape.parentless_sequences = false;  // the columns asked for need the segment
     const testing::PagedCase c = testing::random_paged_case(shape, rng);
     plan::PlanOptions options = cuda::plan_options_for_device(DType::bf16, shape.head_dim, t.mode, true);
     options.min_sharers_to_stack = 1, options.min_segment_tokens_to_stack = 1;

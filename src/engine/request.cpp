@@ -21,6 +21,13 @@ std::string request_error(const GenerationRequest& request, const ModelConfig& c
     HG_CHECK(request.max_new_tokens >= 1, "max_new_tokens must be >= 1, got ", request.max_new_tokens);
     sample::validate(request.sampling);
     HG_CHECK(request.stop_strings.empty() || detokenize, "stop strings need a tokenizer");
+    HG_CHECK(request.forced_tokens.empty() || (request.n == 1 && request.max_new_tokens ==
+                                                                      static_cast<std::int64_t>(request.forced_tokens.size())),
+             "forced tokens need n = 1 and max_new_tokens = their count (", request.forced_tokens.size(), "), got n = ",
+             request.n, " and max_new_tokens = ", request.max_new_tokens);
+    for (std::size_t i = 0; i < request.forced_tokens.size(); ++i)
+      HG_CHECK(request.forced_tokens[i] >= 0 && request.forced_tokens[i] < config.vocab_size, "forced token ", i, " (",
+               request.forced_tokens[i], ") is outside the vocabulary [0, ", config.vocab_size, ")");
     for (std::int64_t end : request.segment_ends)
       HG_CHECK(end > 0 && end <= static_cast<std::int64_t>(request.prompt.size()), "segment end ", end,
                " is outside the prompt's ", request.prompt.size(), " tokens");

@@ -28,6 +28,10 @@ struct GenerationRequest {
   // prompt is copied into the sequence's own pages: sharing limited to a root prefix, as
   // the paper's one-level baseline of its two-level experiment.
   std::int64_t max_shared_tokens = -1;
+  // Scoring: token i of the completion is forced_tokens[i] instead of a draw, its logprob the
+  // model's (the log-probability of this continuation given the prompt); when given, n = 1
+  // and max_new_tokens = its size. Stop tokens and strings still end it early.
+  std::vector<std::int32_t> forced_tokens;
 };
 
 // One sampled token, as it reaches the host. Tokens collected from one step share a time.

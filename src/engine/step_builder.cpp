@@ -76,6 +76,8 @@ void add_decode_row(Sequence& seq, int page_size, StepRows& rows, StepSampling& 
   rows.positions.push_back(static_cast<std::int32_t>(seq.tree_tokens + t));
   rows.slots.push_back(slot_of(seq.pages, 0, own, page_size));
   sampling.params.push_back(seq.params);
+  if (!seq.request->forced_tokens.empty())  // scoring: the continuation's token t, not a draw
+    sampling.params.back().forced_token = seq.request->forced_tokens[static_cast<std::size_t>(t)];
   sampling.steps.push_back(static_cast<std::uint64_t>(t));
   seq.penalty_tokens.append_row(seq.params, seq.request->prompt, seq.completion.tokens, sampling.steps.back(),
                                 sampling.history);

@@ -105,6 +105,7 @@ RowSample sample_row(std::span<const float> raw, const SamplingParams& params, s
   const auto result = [&](std::int32_t token) {
     return RowSample{token, static_cast<float>(raw[static_cast<std::size_t>(token)] - log_z)};
   };
+  if (params.forced_token >= 0) return result(params.forced_token);
   std::vector<float> penalized;
   std::span<const float> l = raw;
   if (has_penalties(params)) {
@@ -153,6 +154,8 @@ void validate(const SamplingParams& p) {
            "SamplingParams: repetition_penalty must be finite and > 0 (1 = off), got ", p.repetition_penalty);
   HG_CHECK(p.logprobs >= 0 && p.logprobs <= kMaxTopLogprobs, "SamplingParams: logprobs must be in [0, ",
            kMaxTopLogprobs, "] (0 = off), got ", p.logprobs);
+  HG_CHECK(p.forced_token >= -1, "SamplingParams: forced_token must be a token id or -1 (sampled), got ",
+           p.forced_token);
 }
 
 void sample_rows(const Tensor& logits, std::span<const SamplingParams> params, std::span<const std::uint64_t> steps,
@@ -181,6 +184,8 @@ void sample_rows(const Tensor& logits, std::span<const SamplingParams> params, s
     } catch (const Error& e) {
       fail("sample_rows: params[", r, "]: ", e.what());
     }
+    HG_CHECK(p.forced_token < vocab, "sample_rows: params[", r, "].forced_token ", p.forced_token,
+             " is outside the vocabulary [0, ", vocab, ")");
     penalties |= has_penalties(p);
     top_n |= p.logprobs > 0;
   }

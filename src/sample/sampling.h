@@ -26,6 +26,8 @@
 //   logprob = l[token] - log Z_l, log Z_l = max l + log sum exp(l - max l): the token's
 //     log-probability under the unmodified distribution, log_softmax of the raw logits (an
 //     OpenAI-style logprobs field), whatever the penalties, temperature and filters.
+//   forced_token >= 0: the token is forced_token (no draw, no filter read); its logprob and
+//     top-N as above.
 //   top-N (N = logprobs): the min(N, vocab) tokens of largest raw l, by l descending, ties by
 //     the lowest index (-0 = +0), each with l - log Z_l: the same distribution as logprob.
 // l' and x are the same IEEE operations in both twins (penalized_logit, scaled_logit; `product`
@@ -60,8 +62,11 @@ struct SamplingParams {
   float frequency_penalty = 0.f;   // 0: off; subtracted once per time a token was generated
   float repetition_penalty = 1.f;  // 1: off; divides (> 0) or multiplies (<= 0) a held token's logit
   std::int32_t logprobs = 0;       // 0: off; the top-N logprobs returned with each token
+  // >= 0: the row's token is this one, not a draw, and its logprob is recorded (scoring a
+  // given continuation); -1: sampled.
+  std::int32_t forced_token = -1;
 };
-static_assert(std::is_trivially_copyable_v<SamplingParams> && sizeof(SamplingParams) == 40,
+static_assert(std::is_trivially_copyable_v<SamplingParams> && sizeof(SamplingParams) == 48,
               "SamplingParams is copied to the device as is");
 
 // Throws hydragen::Error naming the field: temperature >= 0 and finite, top_k >= 0,

@@ -306,8 +306,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       a.logprobs[row] = raw[token] - log_normalizer;
     }
   };
-  if (!scaled) {
-    finish(stats.argmax);
+  if (p.forced_token >= 0 || !scaled) {  // a forced token (in the vocabulary: checked on the host)
+    finish(p.forced_token >= 0 ? p.forced_token : stats.argmax);
     return;
   }
 
