@@ -2,7 +2,8 @@
 // mode with and without CUDA graphs, batched with other prompts; a shared-prompt batch equal
 // across modes; sampling reproducible; the `none` mode running; overlapped decode steps (each
 // launched before the last is collected, its tokens fed on the device) equal to step by step;
-// mixed steps, preemption and cancellation keeping every stream's tokens.
+// mixed steps, preemption and cancellation keeping every stream's tokens; the device's top-N
+// logprobs reaching TokenEvent and Completion.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -262,6 +263,38 @@ TEST(CudaEngine, MixedStepsPreemptionAndCancellationKeepEveryStreamsTokens) {
   whole += tokens[long_id] == long_alone.tokens;
   EXPECT_GE(whole, 8) << "of 9 requests, whole sequences equal to their runs alone";
   EXPECT_LT(tokens[cancelled].size(), 200u);
+}
+
+// The device sampler's top-N reaches the engine's events and completions (graphed decode steps
+// and overlap included): N entries per token, descending, the greedy token first with its own
+// logprob; a request without logprobs in the batch carries none.
+TEST(CudaEngine, TopNLogprobsReachEventsAndCompletions) {
+  SKIP_WITHOUT_GPU();
+  const test::FixtureModel m = test::load_fixture_model("tiny-llama-d64");
+  auto runner = cuda_runner(m, true);
+  engine::GenerationRequest with_top = test::greedy_request(m.reference["prompts"][2].get<std::vector<std::int32_t>>(), 12, 2);
+  with_top.sampling.logprobs = 4;
+  const engine::GenerationRequest plain = test::greedy_request(m.reference["prompts"][1].get<std::vector<std::int32_t>>(), 12);
+  std::size_t events = 0;
+  engine::EngineOptions options;
+  options.on_token = [&](const engine::TokenEvent& e) {
+    EXPECT_EQ(e.top_logprobs.size(), e.request == 0 ? 4u : 0u);
+    events += e.request == 0;
+  };
+  const auto out = test::run_engine(*runner, {with_top, plain}, options);
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(events, 24u);
+  for (int i = 0; i < 2; ++i) {
+    const engine::Completion& c = out[static_cast<std::size_t>(i)];
+    ASSERT_EQ(c.top_logprobs.size(), c.tokens.size());
+    for (std::size_t t = 0; t < c.tokens.size(); ++t) {
+      ASSERT_EQ(c.top_logprobs[t].size(), 4u);
+      EXPECT_EQ(c.top_logprobs[t][0].token, c.tokens[t]);
+      EXPECT_FLOAT_EQ(c.top_logprobs[t][0].logprob, c.logprobs[t]);
+      for (std::size_t j = 1; j < 4; ++j) EXPECT_GE(c.top_logprobs[t][j - 1].logprob, c.top_logprobs[t][j].logprob);
+    }
+  }
+  EXPECT_TRUE(out[2].top_logprobs.empty());
 }
 
 }  // namespace

@@ -84,6 +84,7 @@ std::int64_t EngineService::outstanding() const {
 void EngineService::loop() {
   bool busy = false;
   bool cancelled_all = false;
+  Clock::time_point published = Clock::now();
   for (;;) {
     std::vector<std::shared_ptr<Job>> jobs, cancels;
     {
@@ -136,7 +137,12 @@ void EngineService::loop() {
       outstanding_ = 0;
       return;
     }
-    metrics_.publish(engine_->metrics());
+    // The tree's page census walks every node: at most every 50 ms while busy, and when idle.
+    const auto now = Clock::now();
+    if (!busy || now - published >= std::chrono::milliseconds(50)) {
+      metrics_.publish(engine_->metrics());
+      published = now;
+    }
   }
 }
 
