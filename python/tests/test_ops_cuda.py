@@ -80,3 +80,21 @@ def test_generate_on_cuda_equals_itself_and_scores():
     assert [[o.token_ids for o in r.outputs] for r in a] == [[o.token_ids for o in r.outputs] for r in b]
     scores = llm.score(prompt, [list(range(7, 40)), list(range(9, 20))])
     assert all(s.logprob < 0 for s in scores)
+
+
+def test_load_weights_on_cuda_rebuilds_the_runner_and_flushes_the_cache():
+    make = lambda: hydragen.LLM(random_weights="tiny", device="cuda", kv_memory="256MiB")  # noqa: E731
+    greedy = hydragen.SamplingParams(temperature=0, max_tokens=16)
+    prompt = list(range(5, 300))
+    llm = make()
+    old = llm.generate([prompt], greedy, use_tqdm=False)[0].outputs[0].token_ids
+    weights = llm.state_dict()
+    assert weights["model.norm.weight"].is_cuda and weights["model.norm.weight"].dtype == torch.bfloat16
+    new = {k: (v.float() + 0.05 * torch.randn_like(v.float())).to(torch.bfloat16)
+           for k, v in weights.items() if "layers.0." in k}
+    llm.load_weights(new)
+    after = llm.generate([prompt], greedy, use_tqdm=False)[0].outputs[0].token_ids
+    fresh = make()
+    fresh.load_weights(new)
+    assert after == fresh.generate([prompt], greedy, use_tqdm=False)[0].outputs[0].token_ids
+    assert after != old
