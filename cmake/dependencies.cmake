@@ -17,8 +17,13 @@ add_library(hydragen::blas ALIAS PkgConfig::OPENBLAS)
 
 pkg_check_modules(PCRE2 IMPORTED_TARGET libpcre2-8)
 hydragen_require(PCRE2_FOUND "PCRE2 (tokenizer pre-tokenizer regex)" libpcre2-dev)
+pkg_check_modules(UTF8PROC IMPORTED_TARGET libutf8proc)
+hydragen_require(UTF8PROC_FOUND "utf8proc (tokenizer NFC/NFKC normalizers)" libutf8proc-dev)
 pkg_check_modules(SENTENCEPIECE IMPORTED_TARGET sentencepiece)
 hydragen_require(SENTENCEPIECE_FOUND "SentencePiece (tokenizer.model)" libsentencepiece-dev)
+
+pkg_check_modules(HTTPLIB IMPORTED_TARGET cpp-httplib)
+hydragen_require(HTTPLIB_FOUND "cpp-httplib (hydragen serve)" libcpp-httplib-dev)
 
 find_package(nlohmann_json 3 QUIET)
 hydragen_require(nlohmann_json_FOUND "nlohmann-json" nlohmann-json3-dev)

@@ -8,6 +8,7 @@
 #include "cuda_test_util.h"
 
 #include <cmath>
+#include <optional>
 #include <utility>
 
 #include "attention_test_util.h"
@@ -59,6 +60,68 @@ TEST(CudaAttention, SegmentsStartingInsidePagesMatchReference) {
                                     shape.head_dim, " G ", shape.groups, " Hkv ", shape.kv_heads, " depth ", shape.depth,
                                     " batch ", shape.batch, " stacked ", plan.stacked_segments);
     testing::expect_matches_reference(c, plan, overrides, what);
+  }
+#endif
+}
+
+// Head dim 96 (Phi-3): every kernel and path that takes it against the float64 reference --
+// the mma.sync shared kernel (the wgmma ones are d 128 only, so the device's choice falls
+// back to it), the decode kernel's builds (scalar 1-2 rows, mma 3-8 rows, in-line and last-
+// arrival merges), the quad kernel (lone one-row MHA items), the merge launch of split
+// suffixes; bf16 and fp16, page sizes 16 and 64, causal multi-token rows.
+TEST(CudaAttention, HeadDim96MatchesFloat64Reference) {
+  SKIP_WITHOUT_GPU();
+#ifdef HYDRAGEN_WITH_CUDA
+  Rng rng;
+  SCOPED_TRACE(rng.trace());
+  const std::vector<std::optional<cuda::DecodeBuild>> builds{std::nullopt, cuda::DecodeBuild::general,
+                                                             cuda::DecodeBuild::narrow, cuda::DecodeBuild::four,
+                                                             cuda::DecodeBuild::eight};
+  for (int trial = 0; trial < 40; ++trial) {
+    cuda::KernelOverrides overrides;
+    overrides.decode_build = builds[trial % builds.size()];
+    if (trial % 8 == 3) overrides.suffix = cuda::SuffixKernel::quad;
+    if (trial % 6 == 5) overrides.merge_launch = cuda::Force::on;
+    testing::PagedShape shape;
+    shape.head_dim = 96;
+    shape.page_size = trial / 5 % 2 ? 16 : 64;
+    shape.groups = trial % 8 == 3 ? 1 : rng.pick(std::vector<int>{1, 2, 4, 8});
+    shape.kv_heads = rng.uniform_int(1, 2);
+    shape.depth = rng.uniform_int(1, 3);
+    shape.max_roots = 2;
+    shape.batch = rng.pick(std::vector<int>{1, 3, 16, 40});
+    shape.max_query_tokens = trial % 3 == 0 ? 5 : 1;
+    shape.round_to_bf16 = true;
+    if (trial % 7 == 2) shape.segment_lengths.push_back(700);
+    const AttentionMode mode = std::vector{AttentionMode::hydragen, AttentionMode::paged, AttentionMode::dense}[trial % 3];
+    shape.dense = mode == AttentionMode::dense;
+    const testing::PagedCase c = testing::random_paged_case(shape, rng);
+    plan::PlanOptions options = cuda::plan_options_for_device(DType::bf16, 96, mode, true, overrides);
+    if (trial % 4 == 1)
+      options.min_sharers_to_stack = 1, options.min_segment_tokens_to_stack = 1, options.fold_when_stacking_saves_little = false;
+    if (trial % 4 == 2) options.suffix_min_split_tokens = 32;
+    if (trial % 5 == 0) options.suffix_tile_rows = plan::kSuffixTileRows;
+    const plan::AttentionPlan plan = plan::build_attention_plan(c.layout, options);
+    const std::string what = concat("d 96 trial ", trial, " ", mode_name(mode), " page ", shape.page_size, " G ",
+                                    shape.groups, " Hkv ", shape.kv_heads, " depth ", shape.depth, " batch ",
+                                    shape.batch, " query tokens ", shape.max_query_tokens, " stacked ",
+                                    plan.stacked_segments);
+    testing::expect_matches_reference(c, plan, overrides, what);
+  }
+  for (int trial = 0; trial < 12; ++trial) {  // the tree API, fp16 too
+    TreeShape shape;
+    shape.head_dim = 96;
+    shape.groups = rng.pick(std::vector<int>{1, 4, 8});
+    shape.hkv = rng.pick(std::vector<int>{1, 2});
+    shape.depth = 1 + trial % 3;
+    shape.fanout = rng.uniform_int(1, 4);
+    shape.batch = rng.pick(std::vector<int>{1, 5, 33});
+    shape.max_query_tokens = trial % 4 == 3 ? 5 : 1;
+    const DType dtype = trial % 2 ? DType::f16 : DType::bf16;
+    const AttentionMode mode = std::vector{AttentionMode::hydragen, AttentionMode::paged, AttentionMode::dense}[trial % 3];
+    testing::check_against_reference(shape, dtype, mode, trial % 4 < 2 ? 64 : 16, rng,
+                                     concat("d 96 tree trial ", trial, " mode ", mode_name(mode), " G ", shape.groups,
+                                            " batch ", shape.batch, " dtype ", dtype_name(dtype)));
   }
 #endif
 }
@@ -265,6 +328,7 @@ TEST(CudaAttention, UnsupportedHeadDimIsAClearError) {
     FAIL() << "head_dim 80 should throw";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("head_dim 80"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("supported: 64, 96, 128"), std::string::npos) << e.what();
   }
 #endif
 }

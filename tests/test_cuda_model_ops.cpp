@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "hydragen/error.h"
@@ -145,7 +146,34 @@ void check_rope_append_kv(std::int64_t head_dim) {
 TEST(CudaModelOps, RopeAppendKvMatchesCpu) {
   SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA
-  for (const std::int64_t head_dim : {128, 64, 80, 72}) check_rope_append_kv(head_dim);
+  for (const std::int64_t head_dim : {128, 64, 96, 80, 72}) check_rope_append_kv(head_dim);
+#endif
+}
+
+// qk_rms_norm against rms_norm over each q and each k head (Qwen3), v left as it was; head
+// dims 128 (Qwen3), 64 and 96, and more heads than the grid's first pass covers.
+TEST(CudaModelOps, QkRmsNormMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+#ifdef HYDRAGEN_WITH_CUDA
+  for (const auto& [rows, d] : {std::pair<std::int64_t, std::int64_t>{5, 128}, {3, 64}, {7, 96}, {600, 128}}) {
+    SCOPED_TRACE(testing::Message() << rows << " rows, head_dim " << d);
+    const std::int64_t hq = 8, hkv = 2;
+    const Tensor qkv = random_f32({rows, (hq + 2 * hkv) * d}, 11, 3.0f);
+    const Tensor q_weight = random_f32({d}, 12), k_weight = random_f32({d}, 13);
+    Tensor device_qkv = to_cuda_bf16(qkv);
+    cuda::qk_rms_norm(device_qkv, hq, hkv, to_cuda_bf16(q_weight), to_cuda_bf16(k_weight), 1e-6f);
+    Tensor expected = qkv.clone();
+    Tensor heads = expected.reshape({rows, hq + 2 * hkv, d});
+    for (const auto& [first, count, weight] : {std::tuple{std::int64_t{0}, hq, &q_weight}, {hq, hkv, &k_weight}}) {
+      const Tensor part = heads.slice(1, first, first + count).clone().reshape({rows * count, d});
+      heads.slice(1, first, first + count).copy_from(rms_norm(part, *weight, 1e-6f).reshape({rows, count, d}));
+    }
+    const Tensor actual = to_cpu_f32(device_qkv);
+    EXPECT_LT(nmse(actual, expected), kMaxNmse);
+    const Tensor v = actual.reshape({rows, hq + 2 * hkv, d}).slice(1, hq + hkv, hq + 2 * hkv).clone();
+    const Tensor v_in = qkv.reshape({rows, hq + 2 * hkv, d}).slice(1, hq + hkv, hq + 2 * hkv).clone();
+    EXPECT_EQ(nmse(v, v_in), 0.0) << "v must be untouched";
+  }
 #endif
 }
 
@@ -244,40 +272,66 @@ TEST(CudaModelOps, RandomWeightsOnDeviceEqualCpu) {
 #endif
 }
 
-// The bf16 CUDA forward pass against the fp32 CPU one (itself checked against transformers)
-// on the same bf16-rounded random weights, both through the paged forward: logits within 2e-2
-// relative at every position in every mode.
-TEST(CudaModel, ForwardMatchesCpuForward) {
-  SKIP_WITHOUT_GPU();
 #ifdef HYDRAGEN_WITH_CUDA
+// The bf16 CUDA forward pass of `config` against the fp32 CPU one (itself checked against
+// transformers) on the same bf16-rounded random weights, both through the paged forward:
+// logits within 2e-2 relative at every position in every mode.
+void check_forward_matches_cpu(const ModelConfig& config) {
+  LlamaWeights cpu_weights = random_weights(config, 5, DType::bf16);
+  for_each_weight(config, cpu_weights, [](const std::string&, const std::vector<std::int64_t>&, Tensor& slot,
+                                          WeightInit) { slot = slot.to(DType::f32); });
+  if (config.tie_word_embeddings) cpu_weights.lm_head = cpu_weights.embed;  // re-point at the f32 copy
+  const Llama cpu(config, cpu_weights);
+  const LlamaCuda gpu(config, random_weights(config, 5, DType::bf16, Device::cuda));
+  std::vector<std::int32_t> prompt;
+  for (int i = 0; i < 37; ++i) prompt.push_back(static_cast<std::int32_t>((i * 389 + 7) % config.vocab_size));
+  test::CpuStepper cpu_stepper(cpu);
+  test::CudaStepper gpu_stepper(gpu);
+  const Tensor expected = test::paged_logits(cpu_stepper, AttentionMode::hydragen, prompt);
+  for (AttentionMode mode : {AttentionMode::hydragen, AttentionMode::paged, AttentionMode::dense}) {
+    const Tensor actual = test::paged_logits(gpu_stepper, mode, prompt);
+    EXPECT_LT(std::sqrt(nmse(actual, expected)), 2e-2) << config.architecture << " " << mode_name(mode);
+  }
+  EXPECT_EQ(test::paged_greedy(gpu_stepper, AttentionMode::hydragen, prompt, 4).size(), 4u);
+}
+
+ModelConfig small_config(const char* architecture, std::int64_t head_dim) {
   ModelConfig config;
-  config.architecture = "Qwen2ForCausalLM";
+  config.architecture = architecture;
   config.vocab_size = 1000;
   config.hidden_size = 256;
   config.intermediate_size = 512;
   config.num_layers = 2;
   config.num_heads = 4;
   config.num_kv_heads = 2;
-  config.head_dim = 64;  // a head dim the CUDA attention kernels support
+  config.head_dim = head_dim;
   config.max_position_embeddings = 4096;
-  config.qkv_bias = true;
-  config.tie_word_embeddings = true;
-  LlamaWeights cpu_weights = random_weights(config, 5, DType::bf16);
-  for_each_weight(config, cpu_weights, [](const std::string&, const std::vector<std::int64_t>&, Tensor& slot,
-                                          WeightInit) { slot = slot.to(DType::f32); });
-  cpu_weights.lm_head = cpu_weights.embed;  // tied: re-point at the f32 copy
-  const Llama cpu(config, cpu_weights);
-  const LlamaCuda gpu(config, random_weights(config, 5, DType::bf16, Device::cuda));
-  std::vector<std::int32_t> prompt;
-  for (int i = 0; i < 37; ++i) prompt.push_back((i * 389 + 7) % 1000);
-  test::CpuStepper cpu_stepper(cpu);
-  test::CudaStepper gpu_stepper(gpu);
-  const Tensor expected = test::paged_logits(cpu_stepper, AttentionMode::hydragen, prompt);
-  for (AttentionMode mode : {AttentionMode::hydragen, AttentionMode::paged, AttentionMode::dense}) {
-    const Tensor actual = test::paged_logits(gpu_stepper, mode, prompt);
-    EXPECT_LT(std::sqrt(nmse(actual, expected)), 2e-2) << mode_name(mode);
-  }
-  EXPECT_EQ(test::paged_greedy(gpu_stepper, AttentionMode::hydragen, prompt, 4).size(), 4u);
+  return config;
+}
+#endif
+
+TEST(CudaModel, ForwardMatchesCpuForward) {
+  SKIP_WITHOUT_GPU();
+#ifdef HYDRAGEN_WITH_CUDA
+  ModelConfig qwen2 = small_config("Qwen2ForCausalLM", 64);
+  qwen2.qkv_bias = true;
+  qwen2.tie_word_embeddings = true;
+  check_forward_matches_cpu(qwen2);
+#endif
+}
+
+// Qwen3's q/k norm (head dim 128, tied) and Phi-3's fused weights (head dim 96, GQA 2/1).
+TEST(CudaModel, Qwen3AndPhi3ForwardsMatchCpuForward) {
+  SKIP_WITHOUT_GPU();
+#ifdef HYDRAGEN_WITH_CUDA
+  ModelConfig qwen3 = small_config("Qwen3ForCausalLM", 128);
+  qwen3.qk_norm = true;
+  qwen3.tie_word_embeddings = true;
+  check_forward_matches_cpu(qwen3);
+  ModelConfig phi3 = small_config("Phi3ForCausalLM", 96);
+  phi3.hidden_size = 192, phi3.num_heads = 2, phi3.num_kv_heads = 1;
+  phi3.fused_projections = true;
+  check_forward_matches_cpu(phi3);
 #endif
 }
 

@@ -95,6 +95,50 @@ TEST(ModelConfig, Qwen2HasQkvBias) {
   EXPECT_THAT(error_of(config), HasSubstr("sliding_window"));
 }
 
+// Qwen3-8B's config.json: head_dim 128 given explicitly, q/k RMSNorm, no biases, 8.19B parameters.
+TEST(ModelConfig, Qwen3HasQkNorm) {
+  json config = llama2_7b();
+  config["architectures"] = {"Qwen3ForCausalLM"};
+  config["hidden_size"] = 4096, config["intermediate_size"] = 12288, config["num_hidden_layers"] = 36;
+  config["num_attention_heads"] = 32, config["num_key_value_heads"] = 8, config["head_dim"] = 128;
+  config["vocab_size"] = 151936, config["max_position_embeddings"] = 40960, config["rope_theta"] = 1000000.0;
+  config["use_sliding_window"] = false, config["sliding_window"] = nullptr, config["attention_bias"] = false;
+  const ModelConfig c = parse_model_config(config, "qwen3");
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_FALSE(c.fused_projections);
+  EXPECT_EQ(c.parameter_count(), 8190735360);  // Qwen3-8B
+  config.erase("architectures");
+  config["model_type"] = "qwen3";
+  EXPECT_TRUE(parse_model_config(config, "qwen3").qk_norm);
+  config["use_sliding_window"] = true, config["sliding_window"] = 4096;
+  EXPECT_THAT(error_of(config), HasSubstr("sliding_window 4096"));
+}
+
+// Phi-3-mini-4k's shape (its own config has sliding_window 2047, which is refused).
+TEST(ModelConfig, Phi3HasFusedProjections) {
+  json config = llama2_7b();
+  config["architectures"] = {"Phi3ForCausalLM"};
+  config["hidden_size"] = 3072, config["intermediate_size"] = 8192, config["vocab_size"] = 32064;
+  config["original_max_position_embeddings"] = 4096, config["pad_token_id"] = 32000;
+  const ModelConfig c = parse_model_config(config, "phi3");
+  EXPECT_TRUE(c.fused_projections);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_EQ(c.head_dim, 96);
+  EXPECT_EQ(c.parameter_count(), 3821079552);  // Phi-3-mini
+  config["sliding_window"] = 2047;
+  EXPECT_THAT(error_of(config), HasSubstr("sliding_window 2047"));
+  config["sliding_window"] = nullptr;
+  config["rope_scaling"] = {{"type", "longrope"}, {"short_factor", {1.0}}, {"long_factor", {1.0}}};
+  EXPECT_THAT(error_of(config), AllOf(HasSubstr("\"longrope\""), HasSubstr("supported: default, linear, llama3")));
+  config["rope_scaling"] = nullptr;
+  config["partial_rotary_factor"] = 0.75;
+  EXPECT_THAT(error_of(config), HasSubstr("partial_rotary_factor 0.75"));
+  config["partial_rotary_factor"] = 1.0;
+  config["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 10000.0}, {"partial_rotary_factor", 0.5}};
+  EXPECT_THAT(error_of(config), HasSubstr("partial_rotary_factor 0.5"));
+}
+
 TEST(ModelConfig, MqaAndExplicitHeadDim) {
   json config = llama2_7b();
   config["num_key_value_heads"] = 1;
@@ -106,7 +150,8 @@ TEST(ModelConfig, MqaAndExplicitHeadDim) {
 }
 
 TEST(ModelConfig, FixtureConfigsInBothLayoutsAgree) {
-  for (const char* variant : {"tiny-llama", "tiny-qwen2", "tiny-llama31"}) {
+  for (const char* variant : {"tiny-llama", "tiny-qwen2", "tiny-llama31", "tiny-llama32", "tiny-mistral03",
+                              "tiny-qwen3", "tiny-phi3"}) {
     const auto dir = test::model_fixture_dir() / variant;
     const ModelConfig classic = load_model_config(dir);
     const ModelConfig v5 = load_model_config(dir / "config.transformers5.json");  // rope_parameters
@@ -115,6 +160,8 @@ TEST(ModelConfig, FixtureConfigsInBothLayoutsAgree) {
     EXPECT_EQ(classic.rope.factor, v5.rope.factor) << variant;
     EXPECT_EQ(classic.head_dim, v5.head_dim) << variant;
     EXPECT_EQ(classic.qkv_bias, v5.qkv_bias) << variant;
+    EXPECT_EQ(classic.qk_norm, v5.qk_norm) << variant;
+    EXPECT_EQ(classic.fused_projections, v5.fused_projections) << variant;
     EXPECT_EQ(classic.tie_word_embeddings, v5.tie_word_embeddings) << variant;
   }
 }

@@ -157,7 +157,9 @@ TEST_P(ModelReference, CudaUploadBytesAreTheModelInBf16) {
   EXPECT_EQ(llama_cuda_upload_bytes(config, no_layers), 2 * (embeddings + config.hidden_size));
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, ModelReference, ::testing::Values("tiny-llama", "tiny-qwen2", "tiny-llama31", "tiny-llama-d64"),
+INSTANTIATE_TEST_SUITE_P(Fixtures, ModelReference, ::testing::Values("tiny-llama", "tiny-qwen2", "tiny-llama31", "tiny-llama-d64",
+                                                                   "tiny-llama32", "tiny-mistral03", "tiny-qwen3",
+                                                                   "tiny-phi3"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& c : name) if (c == '-') c = '_';

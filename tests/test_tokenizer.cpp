@@ -124,7 +124,7 @@ TEST_P(TokenizerFixture, StreamDecodeEqualsDecode) {
 
 INSTANTIATE_TEST_SUITE_P(Tokenizer, TokenizerFixture,
                          ::testing::Values(reference_fixture("bytelevel"), reference_fixture("sp_bpe"),
-                                           reference_fixture("metaspace"), reference_fixture("spm"),
+                                           reference_fixture("metaspace"), reference_fixture("spm"), reference_fixture("qwen2"),
                                            TokenizerCase{"demo", test::demo_model_dir(),
                                                          test::demo_fixture_dir() / "tokenizer_expected.json"}),
                          [](const auto& info) { return info.param.name; });

@@ -1,7 +1,9 @@
 // Small pieces of the tokenizer checked directly: lossy UTF-8 as `tokenizers` does it (one
-// U+FFFD per maximal invalid subpart) and streaming that holds back a split character.
+// U+FFFD per maximal invalid subpart), streaming that holds back a split character, and the
+// Unicode normal-form normalizers (Qwen's NFC) on strings whose forms differ.
 #include <gtest/gtest.h>
 
+#include "tokenizer/components.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 #include "tokenizer_test_util.h"
@@ -80,6 +82,25 @@ TEST(TokenizerEncode, SpecialTokenTextBecomesTheToken) {
   EXPECT_EQ(ids.back(), 2);
   EXPECT_EQ(t->encode("", true), std::vector<TokenId>{1});
   EXPECT_EQ(t->decode(ids, true), "hi");
+}
+
+std::string normalized(const char* type, std::string text) {
+  const auto normalizer = tok::parse_normalizer(tok::Json{{"type", type}}, "normalizer");
+  normalizer->normalize(text);
+  return text;
+}
+
+TEST(TokenizerNormalizer, UnicodeNormalForms) {
+  const std::string decomposed = "e\xCC\x81", composed = "\xC3\xA9";  // e + U+0301, U+00E9
+  EXPECT_EQ(normalized("NFC", "caf" + decomposed), "caf" + composed);
+  EXPECT_EQ(normalized("NFD", "caf" + composed), "caf" + decomposed);
+  EXPECT_EQ(normalized("NFC", "\xEF\xAC\x81"), "\xEF\xAC\x81");  // the ligature fi: compatibility only
+  EXPECT_EQ(normalized("NFKC", "\xEF\xAC\x81" + decomposed), "fi" + composed);
+  EXPECT_EQ(normalized("NFKD", "\xEF\xAC\x81" + composed), "fi" + decomposed);
+  // Hangul syllables compose from their jamo; a NUL byte inside the text is kept.
+  EXPECT_EQ(normalized("NFC", "\xE1\x84\x80\xE1\x85\xA1"), "\xEA\xB0\x80");
+  EXPECT_EQ(normalized("NFC", std::string("a\0b", 3)), std::string("a\0b", 3));
+  EXPECT_EQ(normalized("NFC", ""), "");
 }
 
 }  // namespace

@@ -124,19 +124,6 @@ std::int64_t cpu_pages_for(const std::vector<ParsedRequest>& requests, const Mod
   return total;
 }
 
-std::unique_ptr<engine::ModelRunner> make_runner(const GenerateOptions& o, const std::string& device,
-                                                 const ModelConfig& config, engine::RunnerOptions runner_options) {
-  const bool random = !o.random_preset.empty();
-  if (device == "cuda")
-    return engine::make_cuda_runner(config,
-                                    random ? random_weights(config, o.weights_seed, DType::bf16, Device::cuda)
-                                           : load_weights(config, Checkpoint(o.model_dir), DType::bf16),
-                                    runner_options);
-  return engine::make_cpu_runner(
-      config, random ? random_weights(config, o.weights_seed) : load_weights(config, Checkpoint(o.model_dir)),
-      runner_options);
-}
-
 // The engine calls of a run, in one place: the well-formed requests run to the end. Their
 // completions come in request order, samples in order; first[r] is request r's first
 // (SIZE_MAX for a malformed one, which the engine never sees).
@@ -182,13 +169,9 @@ GenerateSummary run_generate(const GenerateOptions& o, std::FILE* out, std::FILE
   const std::vector<ParsedRequest> requests = build_requests(o, request_defaults(o, config, tokenizer.get()),
                                                              tokenizer.get(), log);
 
-  engine::RunnerOptions runner_options;
-  runner_options.page_size = o.page_size;
-  runner_options.kv_memory_bytes = o.kv_memory_bytes;
+  engine::RunnerOptions runner_options = runner_options_of(o);
   if (device == "cpu" && o.kv_memory_bytes == 0) runner_options.kv_pages = cpu_pages_for(requests, config, o.page_size);
-  runner_options.max_batch = o.max_batch;
-  runner_options.cuda_graphs = o.cuda_graphs;
-  const std::unique_ptr<engine::ModelRunner> runner = make_runner(o, device, config, runner_options);
+  const std::unique_ptr<engine::ModelRunner> runner = make_model_runner(o, device, config, runner_options);
 
   std::int64_t total = 0;
   for (const ParsedRequest& r : requests) total += r.error.empty() ? std::int64_t{r.request.n} * r.request.max_new_tokens : 0;

@@ -43,11 +43,7 @@ sample::SamplingParams sampling_of(const GenerateOptions& o) {
 
 void add_generate_flags(CLI::App& cmd, GenerateOptions& o) {
   GenerateOptions* p = &o;
-  cmd.add_option("-m,--model", o.model_dir, "Hugging Face model directory (config.json, safetensors, tokenizer)");
-  cmd.add_option("--random-weights", o.random_preset,
-                 "Random weights of a preset instead of a checkpoint (tiny, codellama-7b, ...)");
-  add_parsed(cmd, "--weights-seed", "N", "Seed of --random-weights", "0",
-             [p](const std::string& t, const std::string& f) { p->weights_seed = parse_unsigned(t, f); });
+  add_model_source_flags(cmd, o);
   cmd.add_option("-p,--prompt", o.prompt, "Prompt text (needs the model's tokenizer)");
   cmd.add_option("-f,--file", o.prompt_file, "Read the prompt text from a file (- for standard input)");
   add_parsed(cmd, "--prompt-ids", "IDS", "Prompt as comma-separated token ids (e.g. 1,2,3)", "",
@@ -91,29 +87,18 @@ void add_generate_flags(CLI::App& cmd, GenerateOptions& o) {
              });
   cmd.add_flag("--ignore-eos", o.ignore_eos,
                "Do not stop at EOS (the tokenizer's, or generation_config.json's and config.json's eos_token_id)");
-  cmd.add_option("--device", o.device, kDeviceHelp)->capture_default_str();
-  cmd.add_option("--attention", o.attention, "hydragen, paged, dense or none")->capture_default_str();
+  add_engine_flags(cmd, o, "KV pool size (e.g. 20G, 512M); default: what the requests need (CPU), "
+                   "the free memory after the weights (CUDA)");
   cmd.add_option("--output", o.output, "Write completions as JSONL, each the moment it is final");
-  add_parsed(cmd, "--page-size", "N", "KV page size in tokens: 16, 32, 64 or 128", "64",
-             [p](const std::string& t, const std::string& f) { p->page_size = static_cast<int>(parse_integer(t, f, 1, 128)); });
-  add_parsed(cmd, "--kv-memory", "SIZE", "KV pool size (e.g. 20G, 512M); default: what the requests need (CPU), "
-             "the free memory after the weights (CUDA)", "",
-             [p](const std::string& t, const std::string& f) { p->kv_memory_bytes = parse_bytes(t, f); });
-  add_parsed(cmd, "--max-batch", "N", "Most sequences decoded together", "1024",
-             [p](const std::string& t, const std::string& f) { p->max_batch = parse_integer(t, f, 1, INT32_MAX); });
-  cmd.add_flag("!--no-cuda-graphs", o.cuda_graphs, "Launch every kernel of a decode step (no CUDA graphs)");
   cmd.add_flag("!--no-progress", o.progress, "No progress bar (it is drawn on a terminal only)");
 }
 
 void check_generate_flags(const GenerateOptions& o, std::FILE* log) {
-  if (o.model_dir.empty() == o.random_preset.empty())
-    usage_error("give exactly one of -m MODEL_DIR and --random-weights PRESET");
+  check_model_flags(o);
   const int prompts = !o.prompt.empty() + !o.prompt_file.empty() + !o.prompt_ids.empty() + !o.requests_file.empty();
   if (prompts != 1) usage_error("give exactly one of -p PROMPT, -f FILE, --prompt-ids IDS and --requests JSONL");
   if ((!o.prompt.empty() || !o.prompt_file.empty()) && o.model_dir.empty())
     usage_error("-p needs a tokenizer, and --random-weights has none: pass --prompt-ids 1,2,3 instead");
-  if (o.page_size != 16 && o.page_size != 32 && o.page_size != 64 && o.page_size != 128)
-    usage_error("--page-size: expected 16, 32, 64 or 128, got ", o.page_size);
   const std::string range = sampling_range_error(sampling_of(o), /*as_flags=*/true);
   if (!range.empty()) usage_error(range);
   for (const std::string& stop : o.stop) {
@@ -123,13 +108,6 @@ void check_generate_flags(const GenerateOptions& o, std::FILE* log) {
       usage_error("--stop: '", utf8_excerpt(stop, 60), "' is not valid UTF-8 (byte ", bad,
                   "): a stop string is text, whole characters");
   }
-  try {
-    parse_mode(o.attention);
-  } catch (const Error& e) {
-    usage_error("--attention: ", e.what());
-  }
-  if (o.device != "auto" && o.device != "cpu" && o.device != "cuda")
-    usage_error("--device: expected auto, cpu or cuda, got '", o.device, "'");
   if (o.samples > 1 && o.temperature == 0.f)
     std::fprintf(log, "warning: --samples %d at --temperature 0 (greedy): the %d samples will be identical; give "
                       "--temperature above 0 to sample\n", o.samples, o.samples);

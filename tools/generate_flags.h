@@ -12,14 +12,13 @@
 #include <CLI/CLI.hpp>
 
 #include "model/model_config.h"
+#include "model_flags.h"
 #include "sample/sampling.h"
 
 namespace hydragen::cli {
 
-struct GenerateOptions {
-  std::string model_dir;       // -m: config.json + safetensors (+ tokenizer)
-  std::string random_preset;   // --random-weights PRESET instead of a checkpoint
-  std::uint64_t weights_seed = 0;
+// The model and engine flags (ModelFlags), then what to generate.
+struct GenerateOptions : ModelFlags {
   std::string prompt;          // -p: text, tokenized with the model's tokenizer
   std::string prompt_file;     // -f: the prompt text from a file ("-": standard input)
   std::vector<std::int32_t> prompt_ids;  // --prompt-ids 1,2,3: token ids instead of text
@@ -33,13 +32,7 @@ struct GenerateOptions {
   std::vector<std::string> stop;
   std::vector<std::int32_t> stop_ids;
   bool ignore_eos = false;
-  std::string device = "auto";
-  std::string attention = "hydragen";
   std::string output;          // --output: JSONL of completions
-  int page_size = 64;
-  std::int64_t kv_memory_bytes = 0;  // 0: sized to the work (CPU), the free memory after weights (CUDA)
-  std::int64_t max_batch = 1024;
-  bool cuda_graphs = true;
   bool progress = true;        // on a terminal only
 };
 

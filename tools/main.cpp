@@ -10,11 +10,13 @@
 
 #ifndef HYDRAGEN_NO_BENCH
 #include "bench_attention.h"
+#include "bench_serve.h"
 #endif
 #include "build_info.h"
 #include "cli_parse.h"
 #include "generate.h"
 #include "hydragen/error.h"
+#include "serve.h"
 
 namespace {
 
@@ -63,9 +65,11 @@ int main(int argc, char** argv) {
   hydragen::bench::register_bench_attention(*bench);
   hydragen::bench::register_bench_e2e(*bench);
   hydragen::bench::register_bench_host(*bench);
+  hydragen::bench::register_bench_serve(*bench);
 #endif
   int status = kExitOk;
   register_generate(app, status);
+  register_serve(app);
 
   try {
     check_subcommand_words(app, argc, argv);

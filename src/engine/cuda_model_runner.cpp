@@ -52,7 +52,7 @@ class CudaModelRunner final : public ModelRunner {
       : model_(config, weights), options_(options) {
     weights = LlamaWeights{};  // what the model did not keep goes back before the pool is sized
     HG_CHECK(cuda::supported_head_dim(static_cast<int>(config.head_dim)), "the CUDA attention kernels do not ",
-             "support head_dim ", config.head_dim, " (supported: 64, 128)");
+             "support head_dim ", config.head_dim, " (supported: ", cuda::supported_head_dims(), ")");
     HG_CHECK(options.max_batch >= 1 && options.max_step_rows >= 0, "CudaModelRunner: max_batch (", options.max_batch,
              ") must be >= 1 and max_step_rows (", options.max_step_rows, ") >= 0");
     capacity_ = bucket_for(std::max(options.max_batch, options.max_step_rows > 0 ? options.max_step_rows : kMinStepRows));

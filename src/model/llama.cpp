@@ -20,6 +20,7 @@ Llama::Llama(ModelConfig config, LlamaWeights weights)
              slot.defined() ? slot.shape_str() + " " + dtype_name(slot.dtype()) : std::string("nothing"));
   });
   HG_CHECK(w.lm_head.defined(), "Llama: lm_head is missing (tie it to embed for tied embeddings)");
+  split_fused_weights(config_, w);
 }
 
 Llama::Qkv Llama::project_qkv(std::int64_t layer, const Tensor& x, std::span<const std::int64_t> positions) const {
@@ -29,6 +30,12 @@ Llama::Qkv Llama::project_qkv(std::int64_t layer, const Tensor& x, std::span<con
   Qkv out{linear(h, w.wq, w.bq).reshape({rows, config_.num_heads, d}),
           linear(h, w.wk, w.bk).reshape({rows, config_.num_kv_heads, d}),
           linear(h, w.wv, w.bv).reshape({rows, config_.num_kv_heads, d})};
+  if (config_.qk_norm) {  // Qwen3: each head normalised over its head_dim, before RoPE
+    const auto eps = static_cast<float>(config_.rms_norm_eps);
+    out.q = rms_norm(out.q.reshape({rows * config_.num_heads, d}), w.q_norm, eps).reshape({rows, config_.num_heads, d});
+    out.k = rms_norm(out.k.reshape({rows * config_.num_kv_heads, d}), w.k_norm, eps)
+                .reshape({rows, config_.num_kv_heads, d});
+  }
   apply_rope(out.q, positions, inv_freq_);
   apply_rope(out.k, positions, inv_freq_);
   return out;

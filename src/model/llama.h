@@ -1,5 +1,5 @@
 // The Llama-family forward pass on the CPU in fp32, over a paged K/V pool (the engine's path):
-// embedding -> per layer { RMSNorm -> QKV (+bias) -> RoPE -> K/V written at each row's slot ->
+// embedding -> per layer { RMSNorm -> QKV (+bias) -> (Qwen3: RMSNorm per q/k head) -> RoPE -> K/V written at each row's slot ->
 // attention through the step's plan (cpu::run_attention_plan) -> O + residual -> RMSNorm ->
 // SwiGLU MLP + residual } -> RMSNorm -> lm_head.
 #pragma once

@@ -24,6 +24,7 @@ std::int64_t llama_cuda_upload_bytes(const ModelConfig& config, const LlamaWeigh
       copied(weights.embed) + copied(weights.final_norm) + (config.tie_word_embeddings ? 0 : copied(weights.lm_head));
   for (const LayerWeights& w : weights.layers) {
     bytes += copied(w.attn_norm) + copied(w.wo) + copied(w.bo) + copied(w.mlp_norm) + copied(w.w_down);
+    bytes += copied(w.q_norm) + copied(w.k_norm);
     bytes += stacked({&w.wq, &w.wk, &w.wv}) + stacked({&w.w_gate, &w.w_up});
     if (config.qkv_bias) bytes += stacked({&w.bq, &w.bk, &w.bv});
   }
@@ -94,6 +95,8 @@ LlamaCuda::LlamaCuda(ModelConfig config, const LlamaWeights& weights) : config_(
     layer.attn_norm = device_bf16(w.attn_norm);
     layer.w_qkv = stack_rows({&w.wq, &w.wk, &w.wv});
     if (config_.qkv_bias) layer.b_qkv = stack_rows({&w.bq, &w.bk, &w.bv});
+    layer.q_norm = device_bf16(w.q_norm);
+    layer.k_norm = device_bf16(w.k_norm);
     layer.wo = device_bf16(w.wo);
     layer.bo = device_bf16(w.bo);
     layer.mlp_norm = device_bf16(w.mlp_norm);
@@ -145,6 +148,7 @@ void LlamaCuda::forward_rows(std::int64_t rows, StepBuffers& b, const std::funct
     cuda::add_rms_norm(x, l == 0 ? Tensor{} : delta, layer.attn_norm, eps, h, stream);
     cuda::linear(h, layer.w_qkv, qkv, stream);
     if (layer.b_qkv.defined()) cuda::add_bias(qkv, layer.b_qkv, stream);
+    if (layer.q_norm.defined()) cuda::qk_rms_norm(qkv, hq, hkv, layer.q_norm, layer.k_norm, eps, stream);
     Tensor k_cache = k_slots(static_cast<std::int64_t>(l)), v_cache = v_slots(static_cast<std::int64_t>(l));
     // The rotated q heads go straight into the attention's contiguous q; `none` uses them as o.
     cuda::rope_append_kv(qkv, hq, hkv, positions, inv_freq_, slots, k_cache, v_cache, attend ? &q : &o, stream);

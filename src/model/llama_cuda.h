@@ -1,7 +1,8 @@
 // The Llama-family forward pass on a CUDA device in bf16: cuBLAS GEMMs (fused QKV and
-// gate/up weights) and the fused ops of backend/cuda/model_ops.h over a paged K/V pool, with
-// attention left to the caller (the engine's PagedAttentionRunner). The same data flow as
-// Llama::forward_paged (llama.h), its CPU twin. Only in builds with HYDRAGEN_WITH_CUDA.
+// gate/up weights, as Phi-3 stores them) and the fused ops of backend/cuda/model_ops.h (Qwen3's
+// per-head q/k RMSNorm among them) over a paged K/V pool, with attention left to the caller
+// (the engine's PagedAttentionRunner). The same data flow as Llama::forward_paged (llama.h),
+// its CPU twin. Only in builds with HYDRAGEN_WITH_CUDA.
 #pragma once
 
 #include <cstdint>
@@ -57,7 +58,7 @@ class LlamaCuda {
 
  private:
   struct Layer {
-    Tensor attn_norm, w_qkv, b_qkv, wo, bo, mlp_norm, w_gate_up, w_down;
+    Tensor attn_norm, w_qkv, b_qkv, q_norm, k_norm, wo, bo, mlp_norm, w_gate_up, w_down;
   };
   ModelConfig config_;
   Tensor embed_, final_norm_, lm_head_, inv_freq_;

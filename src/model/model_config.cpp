@@ -14,8 +14,8 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kSupportedArchitectures =
-    "LlamaForCausalLM (Llama 2/3/3.1, CodeLlama, Yi), MistralForCausalLM (no sliding window), "
-    "Qwen2ForCausalLM";
+    "LlamaForCausalLM (Llama 2/3/3.1/3.2, CodeLlama, Yi), MistralForCausalLM (no sliding window), "
+    "Qwen2ForCausalLM (Qwen2, Qwen2.5), Qwen3ForCausalLM (dense), Phi3ForCausalLM (Phi-3 4k, no sliding window)";
 constexpr const char* kSupportedRope = "default, linear, llama3";
 
 // Largest sizes accepted: far past every released Llama-family model (Llama 3.1 405B: hidden
@@ -75,6 +75,8 @@ std::string architecture_of(const json& config, const std::string& source) {
   if (model_type == "llama") return "LlamaForCausalLM";
   if (model_type == "mistral") return "MistralForCausalLM";
   if (model_type == "qwen2") return "Qwen2ForCausalLM";
+  if (model_type == "qwen3") return "Qwen3ForCausalLM";
+  if (model_type == "phi3") return "Phi3ForCausalLM";
   fail(source, ": config has no \"architectures\" and model_type \"", model_type, "\" is not supported; supported: ",
        kSupportedArchitectures);
 }
@@ -97,6 +99,9 @@ RopeConfig parse_rope(const json& config, const std::string& source) {
   if (scaling == nullptr) return rope;
   const std::string type = get_string(*scaling, "rope_type", get_string(*scaling, "type", "default", source), source);
   if (type == "default") return rope;
+  HG_CHECK(type != "longrope" && type != "su", source, ": rope scaling type \"", type,
+           "\" (the long-context variant of Phi-3, 128k) is not supported; supported: ", kSupportedRope,
+           " (the 4k Phi-3 models have rope_scaling null)");
   rope.factor = get_number(*scaling, "factor", 0.0, source);
   HG_CHECK(rope.factor > 0, source, ": rope scaling \"", type, "\" needs a positive \"factor\"");
   if (type == "linear") {
@@ -116,7 +121,8 @@ RopeConfig parse_rope(const json& config, const std::string& source) {
 
 // Sliding-window attention is not implemented: a window that never binds is accepted.
 void check_no_sliding_window(const json& config, const ModelConfig& model, const std::string& source) {
-  if (model.architecture == "Qwen2ForCausalLM" && !get_bool(config, "use_sliding_window", false, source)) return;
+  const bool qwen = model.architecture == "Qwen2ForCausalLM" || model.architecture == "Qwen3ForCausalLM";
+  if (qwen && !get_bool(config, "use_sliding_window", false, source)) return;
   if (!config.contains("sliding_window") || config.at("sliding_window").is_null()) return;
   const std::int64_t window = get_int(config, "sliding_window", source);
   HG_CHECK(window >= model.max_position_embeddings, source, ": sliding_window ", window,
@@ -140,7 +146,7 @@ std::int64_t ModelConfig::parameter_count() const {
   const std::int64_t attention = hidden_size * (q_size() + 2 * kv_size()) + q_size() * hidden_size +
                                  (qkv_bias ? q_size() + 2 * kv_size() : 0) + (o_bias ? hidden_size : 0);
   const std::int64_t mlp = 3 * hidden_size * intermediate_size;
-  const std::int64_t layer = attention + mlp + 2 * hidden_size;
+  const std::int64_t layer = attention + mlp + 2 * hidden_size + (qk_norm ? 2 * head_dim : 0);
   const std::int64_t embeddings = vocab_size * hidden_size * (tie_word_embeddings ? 1 : 2);
   return num_layers * layer + embeddings + hidden_size;
 }
@@ -152,7 +158,9 @@ ModelConfig parse_model_config(const json& config, const std::string& source) {
   const bool llama = model.architecture == "LlamaForCausalLM";
   const bool mistral = model.architecture == "MistralForCausalLM";
   const bool qwen2 = model.architecture == "Qwen2ForCausalLM";
-  HG_CHECK(llama || mistral || qwen2, source, ": architecture \"", model.architecture,
+  const bool qwen3 = model.architecture == "Qwen3ForCausalLM";
+  const bool phi3 = model.architecture == "Phi3ForCausalLM";
+  HG_CHECK(llama || mistral || qwen2 || qwen3 || phi3, source, ": architecture \"", model.architecture,
            "\" is not supported; supported: ", kSupportedArchitectures);
 
   model.vocab_size = get_int(config, "vocab_size", source, kMaxVocab);
@@ -185,9 +193,18 @@ ModelConfig parse_model_config(const json& config, const std::string& source) {
   HG_CHECK(act == "silu", source, ": hidden_act \"", act, "\" is not supported; supported: silu");
   HG_CHECK(!get_bool(config, "mlp_bias", false, source), source, ": mlp_bias=true is not supported");
   const bool attention_bias = get_bool(config, "attention_bias", false, source);
-  HG_CHECK(!attention_bias || llama, source, ": attention_bias is only supported for LlamaForCausalLM");
+  HG_CHECK(!attention_bias || llama || qwen3, source,
+           ": attention_bias is only supported for LlamaForCausalLM and Qwen3ForCausalLM");
   model.qkv_bias = qwen2 || attention_bias;
   model.o_bias = attention_bias;
+  model.qk_norm = qwen3;
+  model.fused_projections = phi3;
+  // Phi-4-mini rotates only part of each head; Phi-3 rotates all of it.
+  double rotary = get_number(config, "partial_rotary_factor", 1.0, source);
+  if (config.contains("rope_parameters") && config.at("rope_parameters").is_object())
+    rotary = get_number(config.at("rope_parameters"), "partial_rotary_factor", rotary, source);
+  HG_CHECK(rotary == 1.0, source, ": partial_rotary_factor ", rotary,
+           " is not supported (RoPE over part of each head); supported: 1.0");
   check_no_sliding_window(config, model, source);
   return model;
 }

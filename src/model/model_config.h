@@ -1,7 +1,8 @@
 // ModelConfig: the shape and options of a Llama-family decoder, read from a Hugging Face
-// config.json. Supported: LlamaForCausalLM (Llama 2/3/3.1, CodeLlama, Yi), MistralForCausalLM
-// without a sliding window, Qwen2ForCausalLM (q/k/v bias). Anything else is an Error that
-// lists what is supported, never a silent misread.
+// config.json. Supported: LlamaForCausalLM (Llama 2/3/3.1/3.2, CodeLlama, Yi),
+// MistralForCausalLM without a sliding window, Qwen2ForCausalLM (Qwen2/2.5: q/k/v bias),
+// Qwen3ForCausalLM (RMSNorm on each q and k head), Phi3ForCausalLM (fused qkv and gate/up
+// projections). Anything else is an Error that lists what is supported, never a silent misread.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +46,8 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   bool qkv_bias = false;  // Qwen2, or Llama's attention_bias
   bool o_bias = false;    // Llama's attention_bias
+  bool qk_norm = false;   // Qwen3: RMSNorm ([head_dim] weights) over each q and k head before RoPE
+  bool fused_projections = false;  // Phi-3: qkv_proj [q; k; v rows] and gate_up_proj [gate; up rows]
 
   std::int64_t q_size() const { return num_heads * head_dim; }
   std::int64_t kv_size() const { return num_kv_heads * head_dim; }

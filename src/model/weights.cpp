@@ -26,9 +26,14 @@ void for_each_weight(const ModelConfig& config, LlamaWeights& weights, const Wei
     LayerWeights& layer = weights.layers[static_cast<std::size_t>(l)];
     const std::string prefix = concat("model.layers.", l, ".");
     visit(prefix + "input_layernorm.weight", {hidden}, layer.attn_norm, WeightInit::ones);
-    visit(prefix + "self_attn.q_proj.weight", {config.q_size(), hidden}, layer.wq, WeightInit::matrix);
-    visit(prefix + "self_attn.k_proj.weight", {config.kv_size(), hidden}, layer.wk, WeightInit::matrix);
-    visit(prefix + "self_attn.v_proj.weight", {config.kv_size(), hidden}, layer.wv, WeightInit::matrix);
+    if (config.fused_projections) {
+      visit(prefix + "self_attn.qkv_proj.weight", {config.q_size() + 2 * config.kv_size(), hidden}, layer.w_qkv,
+            WeightInit::matrix);
+    } else {
+      visit(prefix + "self_attn.q_proj.weight", {config.q_size(), hidden}, layer.wq, WeightInit::matrix);
+      visit(prefix + "self_attn.k_proj.weight", {config.kv_size(), hidden}, layer.wk, WeightInit::matrix);
+      visit(prefix + "self_attn.v_proj.weight", {config.kv_size(), hidden}, layer.wv, WeightInit::matrix);
+    }
     visit(prefix + "self_attn.o_proj.weight", {hidden, config.q_size()}, layer.wo, WeightInit::matrix);
     if (config.qkv_bias) {
       visit(prefix + "self_attn.q_proj.bias", {config.q_size()}, layer.bq, WeightInit::bias);
@@ -36,14 +41,36 @@ void for_each_weight(const ModelConfig& config, LlamaWeights& weights, const Wei
       visit(prefix + "self_attn.v_proj.bias", {config.kv_size()}, layer.bv, WeightInit::bias);
     }
     if (config.o_bias) visit(prefix + "self_attn.o_proj.bias", {hidden}, layer.bo, WeightInit::bias);
+    if (config.qk_norm) {
+      visit(prefix + "self_attn.q_norm.weight", {config.head_dim}, layer.q_norm, WeightInit::ones);
+      visit(prefix + "self_attn.k_norm.weight", {config.head_dim}, layer.k_norm, WeightInit::ones);
+    }
     visit(prefix + "post_attention_layernorm.weight", {hidden}, layer.mlp_norm, WeightInit::ones);
-    visit(prefix + "mlp.gate_proj.weight", {inter, hidden}, layer.w_gate, WeightInit::matrix);
-    visit(prefix + "mlp.up_proj.weight", {inter, hidden}, layer.w_up, WeightInit::matrix);
+    if (config.fused_projections) {
+      visit(prefix + "mlp.gate_up_proj.weight", {2 * inter, hidden}, layer.w_gate_up, WeightInit::matrix);
+    } else {
+      visit(prefix + "mlp.gate_proj.weight", {inter, hidden}, layer.w_gate, WeightInit::matrix);
+      visit(prefix + "mlp.up_proj.weight", {inter, hidden}, layer.w_up, WeightInit::matrix);
+    }
     visit(prefix + "mlp.down_proj.weight", {hidden, inter}, layer.w_down, WeightInit::matrix);
   }
   visit("model.norm.weight", {hidden}, weights.final_norm, WeightInit::ones);
   if (!config.tie_word_embeddings) {
     visit("lm_head.weight", {config.vocab_size, hidden}, weights.lm_head, WeightInit::matrix);
+  }
+}
+
+void split_fused_weights(const ModelConfig& config, LlamaWeights& weights) {
+  if (!config.fused_projections) return;
+  const std::int64_t q = config.q_size(), kv = config.kv_size(), inter = config.intermediate_size;
+  for (LayerWeights& layer : weights.layers) {
+    HG_CHECK(layer.w_qkv.defined() && layer.w_gate_up.defined(),
+             "split_fused_weights: a layer has no fused qkv or gate_up weight");
+    layer.wq = layer.w_qkv.slice(0, 0, q);
+    layer.wk = layer.w_qkv.slice(0, q, q + kv);
+    layer.wv = layer.w_qkv.slice(0, q + kv, q + 2 * kv);
+    layer.w_gate = layer.w_gate_up.slice(0, 0, inter);
+    layer.w_up = layer.w_gate_up.slice(0, inter, 2 * inter);
   }
 }
 
@@ -140,6 +167,7 @@ LlamaWeights load_weights(const ModelConfig& config, const Checkpoint& checkpoin
   });
   check_every_tensor_used(config, checkpoint, weights, used, dtype);
   tie_embeddings(config, weights);
+  split_fused_weights(config, weights);
   return weights;
 }
 
@@ -186,6 +214,7 @@ LlamaWeights random_weights(const ModelConfig& config, std::uint64_t seed, DType
     slot = dtype == DType::f32 ? values : values.to(dtype);
   });
   tie_embeddings(config, weights);
+  split_fused_weights(config, weights);
   return weights;
 }
 

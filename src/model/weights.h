@@ -19,6 +19,10 @@ struct LayerWeights {
   Tensor attn_norm;           // [hidden]
   Tensor wq, wk, wv, wo;      // [out, in] as stored by PyTorch's Linear: y = x W^T
   Tensor bq, bk, bv, bo;      // [out]; undefined unless the config has biases
+  Tensor q_norm, k_norm;      // [head_dim]; Qwen3 only (config.qk_norm)
+  // Phi-3 (config.fused_projections): qkv_proj [q; k; v rows] and gate_up_proj [gate; up
+  // rows] as stored; wq/wk/wv and w_gate/w_up are then row views of them (split_fused_weights).
+  Tensor w_qkv, w_gate_up;
   Tensor mlp_norm;            // [hidden]
   Tensor w_gate, w_up;        // [intermediate, hidden]
   Tensor w_down;              // [hidden, intermediate]
@@ -39,6 +43,10 @@ enum class WeightInit : std::uint8_t { ones, matrix, bias };
 using WeightVisitor =
     std::function<void(const std::string& name, const std::vector<std::int64_t>& shape, Tensor& slot, WeightInit init)>;
 void for_each_weight(const ModelConfig& config, LlamaWeights& weights, const WeightVisitor& visit);
+
+// With config.fused_projections, points wq/wk/wv and w_gate/w_up at the rows of w_qkv and
+// w_gate_up (views, no copy); otherwise does nothing. load_weights and random_weights call it.
+void split_fused_weights(const ModelConfig& config, LlamaWeights& weights);
 
 // Every weight the config needs, from the checkpoint, as `dtype` (f32, f16, bf16) on the CPU.
 // A missing tensor, a shape that differs from the config's, or a stored dtype other than

@@ -1,5 +1,11 @@
 // Normalizers of tokenizer.json. Llama 2 / CodeLlama use Sequence[Prepend("▁"),
-// Replace(" " -> "▁")]; Unicode normal forms (NFC, NFKC, ...) are not supported.
+// Replace(" " -> "▁")]; Qwen2 / Qwen2.5 / Qwen3 use NFC. The Unicode normal forms come from
+// utf8proc (Debian's libutf8proc-dev), the same algorithm as tokenizers' unicode-normalization.
+#include <utf8proc.h>
+
+#include <cstdlib>
+
+#include "hydragen/error.h"
 #include "tokenizer/components.h"
 #include "tokenizer/regex.h"
 #include "tokenizer/utf8.h"
@@ -73,6 +79,27 @@ class StripNormalizer final : public Normalizer {
   bool left_, right_;
 };
 
+// NFC, NFD, NFKC, NFKD. The text is valid UTF-8 (checked at encode); NUL bytes are kept,
+// since the length is passed rather than relying on a terminator.
+class UnicodeFormNormalizer final : public Normalizer {
+ public:
+  UnicodeFormNormalizer(utf8proc_option_t options, std::string name) : options_(options), name_(std::move(name)) {}
+  void normalize(std::string& text) const override {
+    if (text.empty()) return;
+    utf8proc_uint8_t* mapped = nullptr;
+    const utf8proc_ssize_t length =
+        utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()), static_cast<utf8proc_ssize_t>(text.size()),
+                     &mapped, options_);
+    HG_CHECK(length >= 0, "tokenizer normalizer ", name_, ": ", utf8proc_errmsg(length));
+    text.assign(reinterpret_cast<const char*>(mapped), static_cast<std::size_t>(length));
+    std::free(mapped);
+  }
+
+ private:
+  utf8proc_option_t options_;
+  std::string name_;
+};
+
 class SequenceNormalizer final : public Normalizer {
  public:
   explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> steps)
@@ -96,11 +123,21 @@ std::unique_ptr<Normalizer> parse_normalizer(const Json& j, const std::string& w
     return std::make_unique<StripNormalizer>(optional_field<bool>(j, "strip_left", true, where),
                                              optional_field<bool>(j, "strip_right", true, where));
   }
+  constexpr auto kStable = UTF8PROC_STABLE;
+  if (type == "NFC") return std::make_unique<UnicodeFormNormalizer>(utf8proc_option_t(kStable | UTF8PROC_COMPOSE), type);
+  if (type == "NFD") return std::make_unique<UnicodeFormNormalizer>(utf8proc_option_t(kStable | UTF8PROC_DECOMPOSE), type);
+  if (type == "NFKC") {
+    return std::make_unique<UnicodeFormNormalizer>(utf8proc_option_t(kStable | UTF8PROC_COMPOSE | UTF8PROC_COMPAT), type);
+  }
+  if (type == "NFKD") {
+    return std::make_unique<UnicodeFormNormalizer>(utf8proc_option_t(kStable | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT),
+                                                   type);
+  }
   if (type == "Sequence") {
     return std::make_unique<SequenceNormalizer>(parse_sequence_steps<Normalizer>(j, "normalizers", where, parse_normalizer));
   }
   fail(where, ".type \"", type, "\" is not supported (supported normalizers: Prepend, Replace, ",
-       "Strip, Sequence)");
+       "Strip, NFC, NFD, NFKC, NFKD, Sequence)");
 }
 
 }  // namespace hydragen::tok

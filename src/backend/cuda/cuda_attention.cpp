@@ -102,7 +102,7 @@ AttentionState tree_attention(const SharingTree& tree, const Tensor& q, const Tr
            q.shape_str(), q.is_contiguous() ? "" : " (strided)");
   const std::int64_t rows = q.size(0), hq = q.size(1), d = q.size(2), hkv = tree.kv_heads();
   HG_CHECK(supported_head_dim(static_cast<int>(d)), "tree_attention: head_dim ", d,
-           " is not supported on CUDA (supported: 64, 128)");
+           " is not supported on CUDA (supported: ", supported_head_dims(), ")");
   for (std::size_t i = 0; i < tree.segments.size(); ++i) {
     check_device_kv(tree.segments[i].k, dtype, "segment " + std::to_string(i) + " k");
     check_device_kv(tree.segments[i].v, dtype, "segment " + std::to_string(i) + " v");

@@ -11,7 +11,7 @@ namespace hydragen::cuda {
 // Number of CUDA devices (0 when none, or when the driver is missing).
 int device_count();
 
-// q: contiguous CUDA tensor [query_rows, Hq, d], bf16 or f16, head dim 64 or 128. K/V on the
+// q: contiguous CUDA tensor [query_rows, Hq, d], bf16 or f16, head dim 64, 96 or 128. K/V on the
 // device must be q's dtype with each token's [Hkv, d] contiguous (copied as they are); K/V on
 // the host may be any float dtype (converted on the host, copied once). Returns o in q's dtype
 // [rows, Hq, d] (the kernels' output) and lse f32 [rows, Hq], both on the device.

@@ -1,5 +1,5 @@
 // The decode kernel's entries (decode_attention.cuh): its four builds (DecodeBuild), bf16 and
-// fp16, head dims 64 and 128.
+// fp16, head dims 64, 96 and 128.
 #include "backend/cuda/kernel_table.h"
 
 #include <utility>
@@ -48,8 +48,7 @@ DecodeEntries entries() {
 }  // namespace
 
 DecodeEntries decode_entries(DType dtype, int head_dim) {
-  if (dtype == DType::bf16) return head_dim == 64 ? entries<__nv_bfloat16, 64>() : entries<__nv_bfloat16, 128>();
-  return head_dim == 64 ? entries<__half, 64>() : entries<__half, 128>();
+  return for_head_dim(dtype, head_dim, [](auto t, auto d) { return entries<typename decltype(t)::type, decltype(d)::value>(); });
 }
 
 }  // namespace hydragen::cuda

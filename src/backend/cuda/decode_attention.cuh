@@ -107,13 +107,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
       pre_col = it.column == 0 ? 1 : 0;
       const std::int64_t e = row0_entry(pre_col);
       pre_lse = __ldcg(p.states.lse + e);
-      if constexpr (Shape::kDims == 4) {
-        const float4 v = __ldcg(reinterpret_cast<const float4*>(p.states.o + e * D + lane * 4));
-        pre_o[0] = v.x, pre_o[1] = v.y, pre_o[2] = v.z, pre_o[3] = v.w;
-      } else {
-        const float2 v = __ldcg(reinterpret_cast<const float2*>(p.states.o + e * D + lane * 2));
-        pre_o[0] = v.x, pre_o[1] = v.y;
-      }
+      load_state_dims<Shape::kDims>(p.states.o + e * D + lane * Shape::kDims, pre_o);
     }
   };
   // The tensor-core path (items of 3-8 rows; see the file comment). Lane (fg, ft) = (lane / 4,
@@ -154,7 +148,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
     if (r < rows) {
       const std::int64_t qi = std::int64_t{token} * p.q_heads + it.kv_head * group_size + g;
       const T* q = static_cast<const T*>(p.q) + qi * D + lane * DL;
-      unpack_v<T, DL>(*reinterpret_cast<const VWord<DL>*>(q), f);
+      load_lane_dims<T, DL>(q, f);
     }
 #pragma unroll
     for (int i = 0; i < DL; ++i) sq[r * D + lane * DL + i] = f[i] * p.scale_log2;
@@ -199,6 +193,9 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
     return true;
   };
   constexpr int kRowsPerStep = 32 / Shape::kRowLanes;
+  // D = 96: 12 lanes a row, 2 rows a step, lanes 24-31 idle (a zero-filling copy of theirs
+  // would land on another row).
+  constexpr bool kIdleLanes = kRowsPerStep * Shape::kRowLanes < 32;
   const int sub = (lane % Shape::kRowLanes) * 8;
   // Chunk c's rows of one pool into dst, one copy group: swizzled (DecodeShape::swizzled) or,
   // for the scalar path's V, plain. The mma path reads all kChunk rows, so its rows past the
@@ -212,7 +209,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
       const int key = i * kRowsPerStep + lane / Shape::kRowLanes;
       const std::int64_t off = slot_offset(__shfl_sync(0xffffffffu, c.slot, key)) + sub;  // slot 0 past the keys
       T* to = dst + (swizzle ? Shape::swizzled(key, sub / 8) : key * D + sub);
-      ptx::cp_async_16(to, pool + off, key < count);
+      if (!kIdleLanes || lane < kRowsPerStep * Shape::kRowLanes) ptx::cp_async_16(to, pool + off, key < count);
     }
     ptx::cp_async_commit();
   };
@@ -348,7 +345,7 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
 #pragma unroll 8
       for (int j = 0; j < count; ++j) {
         float v[DL];
-        unpack_v<T, DL>(*reinterpret_cast<const VWord<DL>*>(sv + j * D + lane * DL), v);
+        load_lane_dims<T, DL>(sv + j * D + lane * DL, v);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           const float pr = sp[r * Shape::kChunk + j];
@@ -456,12 +453,8 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
             if (own || pre) {
 #pragma unroll
               for (int i = 0; i < DL; ++i) x[i] = own ? o[i] : pre_o[i];
-            } else if constexpr (DL == 4) {
-              const float4 v = __ldcg(reinterpret_cast<const float4*>(p.states.o + e * D + lane * DL));
-              x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
             } else {
-              const float2 v = __ldcg(reinterpret_cast<const float2*>(p.states.o + e * D + lane * DL));
-              x[0] = v.x, x[1] = v.y;
+              load_state_dims<DL>(p.states.o + e * D + lane * DL, x);
             }
             sum += w;
 #pragma unroll
@@ -510,8 +503,11 @@ __device__ __forceinline__ void decode_item(const PagedAttentionParams& p, const
     if constexpr (DL == 4) {
       *reinterpret_cast<float4*>(o) =
           make_float4(acc[r][0] * inv[r], acc[r][1] * inv[r], acc[r][2] * inv[r], acc[r][3] * inv[r]);
-    } else {
+    } else if constexpr (DL == 2) {
       *reinterpret_cast<float2*>(o) = make_float2(acc[r][0] * inv[r], acc[r][1] * inv[r]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < DL; ++i) o[i] = acc[r][i] * inv[r];
     }
     if (lane == 0) p.states.lse[e] = lse[r];
   }

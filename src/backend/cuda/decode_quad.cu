@@ -1,4 +1,4 @@
-// The quad decode kernel's entries (decode_quad.cuh): bf16 and fp16, head dims 64 and 128.
+// The quad decode kernel's entries (decode_quad.cuh): bf16 and fp16, head dims 64, 96 and 128.
 #include "backend/cuda/kernel_table.h"
 
 #include "backend/cuda/decode_quad.cuh"
@@ -15,8 +15,9 @@ void launch(const PagedAttentionParams& p, int grid, cudaStream_t stream, bool d
 
 KernelEntry decode_quad_entry(DType dtype, int head_dim) {
   constexpr int kBlocks = QuadShape<__half, 128>::kMinBlocks;  // (its launch bounds)
-  if (dtype == DType::bf16) return {head_dim == 64 ? launch<__nv_bfloat16, 64> : launch<__nv_bfloat16, 128>, kBlocks};
-  return {head_dim == 64 ? launch<__half, 64> : launch<__half, 128>, kBlocks};
+  return for_head_dim(dtype, head_dim, [](auto t, auto d) {
+    return KernelEntry{launch<typename decltype(t)::type, decltype(d)::value>, kBlocks};
+  });
 }
 
 }  // namespace hydragen::cuda

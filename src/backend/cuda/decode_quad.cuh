@@ -31,14 +31,14 @@ template <class T, int D>
 struct QuadShape {
   static constexpr int kThreads = 4 * kQuadItemsPerBlock;
   static constexpr int kItemsPerBlock = kQuadItemsPerBlock;
-  static constexpr int kDims = D / 4;             // dims per lane: 32 (D 128) or 16 (D 64)
+  static constexpr int kDims = D / 4;             // dims per lane: 32 (D 128), 24 (D 96), 16 (D 64)
   static constexpr int kGranules = D / 16;        // a lane's 4-dim granules (see quad_dim)
   // One key in flight per lane: the registers let 4 blocks share an SM, so a launch of 40960
   // items needs ~2.5 rounds of load chains.
   static constexpr int kBlockKeys = 1;
   static constexpr int kMinBlocks = 4;            // resident blocks per SM (__launch_bounds__)
   static constexpr int kEarlyColumns = 8;         // columns whose lse is loaded before the keys (2 per lane)
-  static_assert(D == 64 || D == 128);
+  static_assert(D == 64 || D == 96 || D == 128);
 };
 
 // First dim of granule g of lane `sub`: the quad's four lanes own four adjacent granules, so

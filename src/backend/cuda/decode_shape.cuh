@@ -26,7 +26,11 @@ struct DecodeShape {
   // chunk (the scalar scores, the mma path's ldmatrix) still sit in 8 different bank groups;
   // padded rows would split each run across two spans (see perf-notes: Decode stage layout).
   // The scalar path's V rows stay plain (a warp reads one whole row per key).
-  static __device__ __forceinline__ int swizzled(int row, int chunk) { return row * D + ((chunk ^ (row & 7)) << 3); }
+  // D = 96 has 12 chunks: the first 8 permute as above, the last 4 among themselves by row & 3.
+  static __device__ __forceinline__ int swizzled(int row, int chunk) {
+    if constexpr (D % 64 == 0) return row * D + ((chunk ^ (row & 7)) << 3);
+    else return row * D + ((chunk < 8 ? chunk ^ (row & 7) : 8 + ((chunk - 8) ^ (row & 3))) << 3);
+  }
   // The chunk's K rows [kChunk][D] and V rows [kChunk][D] (T), in floats: also the scratch of
   // the last arrival's merge once the key loop is done (items of >= 2 rows: the multi-row builds
   // only).
@@ -42,7 +46,7 @@ struct DecodeShape {
   // back), so only the one-row build is smaller.
   static constexpr int layout_rows(int rows) { return rows == 1 ? 1 : 8; }
   static constexpr int smem_bytes(int max_rows) { return kWarps * warp_smem_floats(max_rows) * 4; }
-  static_assert(D == 64 || D == 128);
+  static_assert(D == 64 || D == 96 || D == 128);
   static_assert(sizeof(T) == 2, "swizzled: 8 elements per 16-byte chunk");
   // Every warp's slice and its K and V stages start on a 128-byte boundary (the swizzle's spans).
   static_assert(warp_smem_floats(1) % 32 == 0 && warp_smem_floats(8) % 32 == 0, "warp slices 128-byte aligned");
@@ -77,7 +81,8 @@ __device__ __forceinline__ float2 unpack2(std::uint32_t w) {
   }
 }
 
-// A lane's DL dims of one V row: 8 bytes for D = 128, 4 for D = 64.
+// A lane's DL dims of one V row: 8 bytes for D = 128, 4 for D = 64 (D = 96's 6 bytes are read
+// as three elements: load_lane_dims).
 template <int DL>
 using VWord = std::conditional_t<DL == 4, uint2, std::uint32_t>;
 
@@ -89,6 +94,33 @@ __device__ __forceinline__ void unpack_v(const VWord<DL>& u, float (&v)[DL]) {
   } else {
     const float2 a = unpack2<T>(u);
     v[0] = a.x, v[1] = a.y;
+  }
+}
+
+// v = the DL (2, 3 or 4) dims of T at `at` as fp32: one 4- or 8-byte load, or three 2-byte ones.
+template <class T, int DL>
+__device__ __forceinline__ void load_lane_dims(const T* at, float (&v)[DL]) {
+  if constexpr (DL == 3) {
+#pragma unroll
+    for (int i = 0; i < 3; ++i) v[i] = ptx::to_float<T>(at[i]);
+  } else {
+    unpack_v<T, DL>(*reinterpret_cast<const VWord<DL>*>(at), v);
+  }
+}
+
+// o = DL fp32 values of a state row at `at` (__ldcg: written by another block of this launch
+// or the one before): one 16- or 8-byte load, or three 4-byte ones.
+template <int DL>
+__device__ __forceinline__ void load_state_dims(const float* at, float (&o)[DL]) {
+  if constexpr (DL == 4) {
+    const float4 v = __ldcg(reinterpret_cast<const float4*>(at));
+    o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
+  } else if constexpr (DL == 2) {
+    const float2 v = __ldcg(reinterpret_cast<const float2*>(at));
+    o[0] = v.x, o[1] = v.y;
+  } else {
+#pragma unroll
+    for (int i = 0; i < DL; ++i) o[i] = __ldcg(at + i);
   }
 }
 

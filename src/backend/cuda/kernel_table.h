@@ -4,7 +4,11 @@
 // raises its kernel's shared-memory limit and asks its occupancy.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include <type_traits>
 
 #include "hydragen/dtype.h"
 
@@ -21,13 +25,26 @@ struct KernelEntry {
   int blocks_per_sm = 0;  // resident blocks per SM; 0: no code for this device or head dim
 };
 
-// The mma.sync shared kernel (every device, head dims 64 and 128).
+// make(std::type_identity<T>, std::integral_constant<int, D>) for the dtype's element type T
+// (bf16, else fp16) and the head dim's D (64, 96, else 128: the runner checked it): the one
+// switch of every family's entries.
+template <class Make>
+auto for_head_dim(DType dtype, int head_dim, Make&& make) {
+  auto by_dim = [&](auto type) {
+    if (head_dim == 64) return make(type, std::integral_constant<int, 64>{});
+    if (head_dim == 96) return make(type, std::integral_constant<int, 96>{});
+    return make(type, std::integral_constant<int, 128>{});
+  };
+  return dtype == DType::bf16 ? by_dim(std::type_identity<__nv_bfloat16>{}) : by_dim(std::type_identity<__half>{});
+}
+
+// The mma.sync shared kernel (every device, head dims 64, 96 and 128).
 KernelEntry shared_mma_entry(DType dtype, int head_dim);
 // The wgmma and warp-specialized shared kernels (head dim 128; absent without sm_90a code).
 KernelEntry shared_wgmma_entry(DType dtype, int head_dim);
 KernelEntry shared_ws_entry(DType dtype, int head_dim);
 
-// The decode kernel's builds (DecodeBuild).
+// The decode kernel's builds (DecodeBuild), and the quad and merge kernels: head dims 64, 96, 128.
 struct DecodeEntries {
   KernelEntry general, narrow, four, eight;
 };

@@ -130,6 +130,31 @@ __global__ void __launch_bounds__(kNormThreads) add_rms_norm_vec8_kernel(bf16_t*
   }
 }
 
+// One warp per (row, head) of the q and k heads of qkv rows, normalised in place over head_dim:
+// x * rsqrt(mean(x^2) + eps) * weight, weight the q or the k one. Grid-stride over the heads.
+constexpr int kHeadNormWarps = 4;
+__global__ void __launch_bounds__(32 * kHeadNormWarps) qk_rms_norm_kernel(bf16_t* qkv, std::int64_t rows, int q_heads,
+                                                                          int kv_heads, int head_dim,
+                                                                          const bf16_t* q_weight, const bf16_t* k_weight,
+                                                                          float eps) {
+  const int lane = threadIdx.x % 32, normed = q_heads + kv_heads, row_heads = q_heads + 2 * kv_heads;
+  const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * kHeadNormWarps;
+  for (std::int64_t item = static_cast<std::int64_t>(blockIdx.x) * kHeadNormWarps + threadIdx.x / 32;
+       item < rows * normed; item += warps) {
+    const std::int64_t row = item / normed;
+    const int head = static_cast<int>(item % normed);
+    bf16_t* x = qkv + (row * row_heads + head) * head_dim;
+    const bf16_t* w = head < q_heads ? q_weight : k_weight;
+    float sum_squares = 0.0f;
+    for (int i = lane; i < head_dim; i += 32) sum_squares += __bfloat162float(x[i]) * __bfloat162float(x[i]);
+    for (int offset = 16; offset > 0; offset /= 2) sum_squares += __shfl_xor_sync(0xffffffffu, sum_squares, offset);
+    const float inv_rms = rsqrtf(sum_squares / head_dim + eps);
+    for (int i = lane; i < head_dim; i += 32) {
+      x[i] = __float2bfloat16(__bfloat162float(x[i]) * inv_rms * __bfloat162float(w[i]));
+    }
+  }
+}
+
 // The attention's TMA shared kernel may run as RoPE's programmatic dependent (v28,
 // PagedAttentionArgs::q_from_previous_launch): both RoPE kernels let it start at once; it
 // reads nothing they write before its griddepcontrol.wait. A no-op before a plain launch.
@@ -374,6 +399,26 @@ void add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& weight, f
     add_rms_norm_kernel<<<grid, kThreads, 0, as_stream(stream)>>>(mdata(residual), d, cdata(weight), mdata(out),
                                                                   static_cast<int>(hidden), eps);
   }
+  HG_CUDA_CHECK(cudaGetLastError());
+}
+
+void qk_rms_norm(Tensor& qkv, std::int64_t q_heads, std::int64_t kv_heads, const Tensor& q_weight,
+                 const Tensor& k_weight, float eps, void* stream) {
+  check_operand("qk_rms_norm", "qkv", qkv, DType::bf16, 2);
+  check_operand("qk_rms_norm", "q_weight", q_weight, DType::bf16, 1);
+  check_operand("qk_rms_norm", "k_weight", k_weight, DType::bf16, 1);
+  const std::int64_t rows = qkv.size(0), head_dim = q_weight.size(0);
+  HG_CHECK(q_heads > 0 && kv_heads > 0 && k_weight.size(0) == head_dim &&
+               qkv.size(1) == (q_heads + 2 * kv_heads) * head_dim,
+           "qk_rms_norm: qkv must be [rows, (", q_heads, " + 2 x ", kv_heads, ") x head_dim] and both weights ",
+           "[head_dim]; got qkv ", qkv.shape_str(), ", q_weight ", q_weight.shape_str(), ", k_weight ",
+           k_weight.shape_str());
+  if (rows == 0) return;
+  const std::int64_t warps = rows * (q_heads + kv_heads);
+  const auto grid = static_cast<unsigned>(std::min<std::int64_t>((warps + kHeadNormWarps - 1) / kHeadNormWarps, 65536));
+  qk_rms_norm_kernel<<<grid, 32 * kHeadNormWarps, 0, as_stream(stream)>>>(
+      mdata(qkv), rows, static_cast<int>(q_heads), static_cast<int>(kv_heads), static_cast<int>(head_dim),
+      cdata(q_weight), cdata(k_weight), eps);
   HG_CUDA_CHECK(cudaGetLastError());
 }
 

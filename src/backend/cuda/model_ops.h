@@ -17,6 +17,12 @@ namespace hydragen::cuda {
 void add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& weight, float eps, Tensor& out,
                   void* stream = nullptr);
 
+// Qwen3's q/k norm, in place on qkv bf16 [rows, (q_heads + 2 kv_heads) * head_dim] (the fused
+// QKV GEMM's output, before RoPE): each q head becomes RMSNorm(head) * q_weight and each k head
+// RMSNorm(head) * k_weight (weights bf16 [head_dim]); v is untouched. Twin: rms_norm per head.
+void qk_rms_norm(Tensor& qkv, std::int64_t q_heads, std::int64_t kv_heads, const Tensor& q_weight,
+                 const Tensor& k_weight, float eps, void* stream = nullptr);
+
 // qkv bf16 [rows, (q_heads + 2 kv_heads) * head_dim], the fused QKV GEMM's output: rotates
 // the q and k heads in place by RoPE (positions i32 [rows], inv_freq f32 [head_dim / 2]) and
 // writes row r's rotated k and its v to slot slots[r] (i32 [rows]) of k_cache / v_cache,

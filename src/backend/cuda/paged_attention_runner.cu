@@ -37,7 +37,7 @@ KernelTable kernel_table(DType dtype, int head_dim) {
   HG_CHECK(dtype == DType::bf16 || dtype == DType::f16, "paged attention: dtype must be bf16 or f16, got ",
            dtype_name(dtype));
   HG_CHECK(supported_head_dim(head_dim), "paged attention: head_dim ", head_dim,
-           " is not supported on CUDA (supported: 64, 128)");
+           " is not supported on CUDA (supported: ", supported_head_dims(), ")");
   return {shared_mma_entry(dtype, head_dim), shared_wgmma_entry(dtype, head_dim), shared_ws_entry(dtype, head_dim),
           decode_entries(dtype, head_dim),   decode_quad_entry(dtype, head_dim),  split_merge_entry(dtype, head_dim)};
 }
@@ -99,7 +99,9 @@ struct PlanBlockLayout {
 
 }  // namespace
 
-bool supported_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128; }
+bool supported_head_dim(int head_dim) { return head_dim == 64 || head_dim == 96 || head_dim == 128; }
+
+const char* supported_head_dims() { return "64, 96, 128"; }
 
 DeviceKernels device_kernels(DType dtype, int head_dim) { return device_kernels_of(kernel_table(dtype, head_dim)); }
 

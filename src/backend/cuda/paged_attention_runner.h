@@ -40,8 +40,11 @@ struct PagedAttentionArgs {
   bool q_from_previous_launch = false;
 };
 
-// Head dims with compiled kernels; others throw from the runner's constructor.
+// Head dims with compiled kernels (64, 96, 128; the wgmma and warp-specialized shared kernels
+// 128 only, the mma.sync one otherwise); others throw from the runner's constructor.
 bool supported_head_dim(int head_dim);
+// The supported head dims as errors list them: "64, 96, 128".
+const char* supported_head_dims();
 
 // The kernels this device and build can run for dtype (bf16 or f16) and head_dim.
 DeviceKernels device_kernels(DType dtype, int head_dim);

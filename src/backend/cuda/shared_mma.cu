@@ -1,4 +1,4 @@
-// The mma.sync shared kernel's entries (shared_mma.cuh), bf16 and fp16, head dims 64 and 128.
+// The mma.sync shared kernel's entries (shared_mma.cuh), bf16 and fp16, head dims 64, 96 and 128.
 #include "backend/cuda/kernel_table.h"
 
 #include "backend/cuda/cuda_check.h"
@@ -28,8 +28,7 @@ KernelEntry entry() {
 }  // namespace
 
 KernelEntry shared_mma_entry(DType dtype, int head_dim) {
-  if (dtype == DType::bf16) return head_dim == 64 ? entry<__nv_bfloat16, 64>() : entry<__nv_bfloat16, 128>();
-  return head_dim == 64 ? entry<__half, 64>() : entry<__half, 128>();
+  return for_head_dim(dtype, head_dim, [](auto t, auto d) { return entry<typename decltype(t)::type, decltype(d)::value>(); });
 }
 
 }  // namespace hydragen::cuda

@@ -1,5 +1,5 @@
 // The merge launch after the decode kernel (split_merge_kernel) and its entries: bf16 and
-// fp16, head dims 64 and 128.
+// fp16, head dims 64, 96 and 128.
 #include "backend/cuda/kernel_table.h"
 
 #include <cstdint>
@@ -20,11 +20,22 @@ namespace hydragen::cuda {
 // flight per lane (one round trip up to kBatch columns). Runs as the decode launch's programmatic dependent where the device has PDL (the
 // decode kernel lets it start once every decode block runs): the plan loads go before the
 // wait, the state loads after it.
+template <class Vec>
+__device__ __forceinline__ Vec load_vec(const Vec* at) {
+  if constexpr (std::is_same_v<Vec, float3>) {
+    const float* f = reinterpret_cast<const float*>(at);
+    return make_float3(__ldcg(f), __ldcg(f + 1), __ldcg(f + 2));
+  } else {
+    return __ldcg(at);
+  }
+}
+
 template <class T, int D>
 __global__ void __launch_bounds__(32 * kSplitMergeWarps, kSplitMergeBlocksPerSm) split_merge_kernel(const PagedAttentionParams p) {
   constexpr int DL = D / 32;  // dims per lane
   constexpr int kBatch = 16;
-  using Vec = std::conditional_t<DL == 4, float4, float2>;
+  // A lane's dims of a state row: one 16- or 8-byte load (D 128, 64), or three 4-byte ones (D 96).
+  using Vec = std::conditional_t<DL == 4, float4, std::conditional_t<DL == 3, float3, float2>>;
   const int lane = threadIdx.x % 32;
   const int count = *p.merge_row_count, warps = gridDim.x * kSplitMergeWarps;
   const int group_size = p.q_heads / p.kv_heads;
@@ -60,7 +71,7 @@ __global__ void __launch_bounds__(32 * kSplitMergeWarps, kSplitMergeBlocksPerSm)
             if (j0 + j >= m) w[j] = 0.f;
             x[j] = Vec{};
             if (w[j] != 0.f)  // a zero weight's entry may be unwritten: never loaded
-              x[j] = __ldcg(reinterpret_cast<const Vec*>(p.states.o + entry(c0 + j0 + j) * D) + lane);
+              x[j] = load_vec(reinterpret_cast<const Vec*>(p.states.o + entry(c0 + j0 + j) * D) + lane);
           }
 #pragma unroll
           for (int j = 0; j < kBatch; ++j) {
@@ -94,8 +105,9 @@ void launch(const PagedAttentionParams& p, int grid, cudaStream_t stream, bool d
 }  // namespace
 
 KernelEntry split_merge_entry(DType dtype, int head_dim) {
-  if (dtype == DType::bf16) return {head_dim == 64 ? launch<__nv_bfloat16, 64> : launch<__nv_bfloat16, 128>, kSplitMergeBlocksPerSm};
-  return {head_dim == 64 ? launch<__half, 64> : launch<__half, 128>, kSplitMergeBlocksPerSm};
+  return for_head_dim(dtype, head_dim, [](auto t, auto d) {
+    return KernelEntry{launch<typename decltype(t)::type, decltype(d)::value>, kSplitMergeBlocksPerSm};
+  });
 }
 
 }  // namespace hydragen::cuda
