@@ -28,7 +28,7 @@ class _Capsule:
     def __init__(self, capsule, device):
         self._capsule, self._device = capsule, device
 
-    def __dlpack__(self, stream=None):
+    def __dlpack__(self, stream=None, **_kwargs):  # NumPy 2 may ask for max_version: the legacy capsule still serves
         return self._capsule
 
     def __dlpack_device__(self):

@@ -1,6 +1,8 @@
 """hydragen.ops on torch CUDA tensors (the H200): against torch's scaled_dot_product_attention
 over each sequence's concatenated context, within bf16 tolerance, with no copies of the
 inputs or the outputs. Skipped without a CUDA build and device."""
+import os
+
 import pytest
 
 import hydragen
@@ -8,6 +10,8 @@ from hydragen import _hydragen
 from hydragen.ops import Segment, Sequence, SharingTree
 
 torch = pytest.importorskip("torch")
+# The CUDA kernels take head_dim 64 or 128: the demo model (d 64, 256 positions), not the tiny preset (d 32).
+DEMO = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "models", "demo")
 pytestmark = pytest.mark.skipif(not (_hydragen.cuda_built and torch.cuda.is_available()),
                                 reason="needs a CUDA build of hydragen and a CUDA device")
 
@@ -72,11 +76,33 @@ def test_tree_attention_on_cuda_matches_sdpa():
 
 
 def test_generate_on_cuda_equals_itself_and_scores():
-    llm = hydragen.LLM(random_weights="tiny", device="cuda", kv_memory="256MiB")
-    p = hydragen.SamplingParams(n=4, temperature=0.8, seed=3, max_tokens=32)
-    prompt = list(range(5, 400))
+    llm = hydragen.LLM(model=DEMO, device="cuda", kv_memory="256MiB")
+    p = hydragen.SamplingParams(n=4, temperature=0.8, seed=3, max_tokens=32, ignore_eos=True)
+    prompt = list(range(5, 150))
     a = llm.generate([prompt] * 2, p, use_tqdm=False)
     b = llm.generate([prompt] * 2, p, use_tqdm=False)
     assert [[o.token_ids for o in r.outputs] for r in a] == [[o.token_ids for o in r.outputs] for r in b]
     scores = llm.score(prompt, [list(range(7, 40)), list(range(9, 20))])
     assert all(s.logprob < 0 for s in scores)
+    cpu = hydragen.LLM(model=DEMO, device="cpu", kv_memory="64MiB")
+    for a, b in zip(scores, cpu.score(prompt, [list(range(7, 40)), list(range(9, 20))])):
+        assert a.token_ids == b.token_ids  # bf16 on the device against fp32 on the CPU:
+        assert max(abs(x - y) for x, y in zip(a.token_logprobs, b.token_logprobs)) < 0.5
+
+
+def test_load_weights_on_cuda_rebuilds_the_runner_and_flushes_the_cache():
+    make = lambda: hydragen.LLM(model=DEMO, device="cuda", kv_memory="256MiB")  # noqa: E731
+    greedy = hydragen.SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
+    prompt = list(range(5, 150))
+    llm = make()
+    old = llm.generate([prompt], greedy, use_tqdm=False)[0].outputs[0].token_ids
+    weights = llm.state_dict()
+    assert weights["model.norm.weight"].is_cuda and weights["model.norm.weight"].dtype == torch.bfloat16
+    new = {k: (v.float() + 0.05 * torch.randn_like(v.float())).to(torch.bfloat16)
+           for k, v in weights.items() if "layers.0." in k}
+    llm.load_weights(new)
+    after = llm.generate([prompt], greedy, use_tqdm=False)[0].outputs[0].token_ids
+    fresh = make()
+    fresh.load_weights(new)
+    assert after == fresh.generate([prompt], greedy, use_tqdm=False)[0].outputs[0].token_ids
+    assert after != old
