@@ -1,9 +1,15 @@
 // `hydragen serve`'s HTTP surface over real loopback HTTP with the demo model (CPU): the
 // completions and chat endpoints against the engine's own tokens, prompt forms, n, seeds,
 // stop strings, penalties, logprobs, echo, streaming with usage, concurrent clients, models,
-// health and metrics. Limits, bad input, cancellation and shutdown: test_server_limits.cpp.
+// health and metrics, the listen queue, a burst of streams. Limits, bad input, cancellation and shutdown: test_server_limits.cpp.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <set>
 #include <thread>
 
@@ -230,6 +236,46 @@ TEST(Server, ModelsHealthAndMetricsAnswer) {
   EXPECT_EQ(server.metric("hydragen_request_latency_seconds_count"), 1);
   EXPECT_EQ(server.metric("hydragen_running_sequences"), 0);
   EXPECT_NE(server.metrics_text().find("hydragen_kv_pages_shared"), std::string::npos);
+}
+
+// The listening socket's accept queue (TCP_INFO of a LISTEN socket reports its backlog in
+// tcpi_sacked): a burst of clients must not find it full.
+TEST(Server, TheListenQueueHoldsABurstOfClients) {
+  TestServer server;
+  int backlog = -1;
+  for (int fd = 0; fd < 4096; ++fd) {
+    sockaddr_in local{};
+    socklen_t len = sizeof local;
+    tcp_info info{};
+    socklen_t info_len = sizeof info;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) != 0 || local.sin_family != AF_INET ||
+        ntohs(local.sin_port) != server.port || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &info_len) != 0 ||
+        info.tcpi_state != TCP_LISTEN)
+      continue;
+    backlog = static_cast<int>(info.tcpi_sacked);
+  }
+  EXPECT_GE(backlog, 128) << "the server's listen backlog";
+}
+
+// 96 streaming clients at once, twice over (new connections from freshly reused ports): every
+// stream ends with [DONE] (a full accept queue, or a new connection taken for an old one whose
+// socket is not closed yet, cut streams off).
+TEST(Server, ABurstOfStreamingClientsAllFinish) {
+  server::StackOptions options;
+  options.http.threads = 256;
+  TestServer server(options);
+  constexpr int kClients = 96;
+  std::vector<int> done(kClients, 0);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i)
+    clients.emplace_back([&, i] {
+      for (int round = 0; round < 2; ++round) {
+        const json body = {{"prompt", "And God said"}, {"max_tokens", 4}, {"stream", true}, {"seed", i}};
+        done[static_cast<std::size_t>(i)] += test::post_stream(server, "/v1/completions", body).find("data: [DONE]") != std::string::npos;
+      }
+    });
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(std::count(done.begin(), done.end(), 2), kClients);
 }
 
 }  // namespace

@@ -51,7 +51,10 @@ int find_client_socket(const std::string& remote_addr, int remote_port, int loca
     std::string peer_host, local_host;
     int peer_port = 0, local_port_found = 0;
     if (!address_of(peer, peer_host, peer_port) || !address_of(local, local_host, local_port_found)) continue;
-    if (peer_port == remote_port && peer_host == remote_addr && local_port_found == local_port) {
+    // A socket whose peer has already closed is an earlier connection from the same port
+    // (loopback reuses a port in TIME_WAIT at once) that its worker has not closed yet.
+    if (peer_port == remote_port && peer_host == remote_addr && local_port_found == local_port &&
+        !peer_closed(static_cast<int>(fd))) {
       found = static_cast<int>(fd);
       break;
     }

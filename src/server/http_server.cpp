@@ -1,6 +1,7 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <random>
@@ -59,6 +60,7 @@ struct HttpServer::Impl {
   HttpOptions options;
   httplib::Server http;
   int port = -1;
+  int listen_fd = -1;  // the listening socket, to widen its backlog after bind
   std::atomic<bool> stopping{false};
   std::atomic<int> active{0};  // generation handlers running (a stream's until its provider is released)
   std::atomic<std::int64_t> next_id{0};
@@ -90,6 +92,9 @@ int HttpServer::bind() {
   s.port = s.options.port == 0 ? s.http.bind_to_any_port(s.options.host) : (s.http.bind_to_port(s.options.host, s.options.port) ? s.options.port : -1);
   HG_CHECK(s.port > 0, "serve: cannot listen on ", s.options.host, ":", s.options.port,
            " (in use, or not an address of this machine)");
+  // Debian's cpp-httplib listens with a backlog of 5: a burst of clients past it has
+  // connections dropped. Listening again on the bound socket widens the queue.
+  if (s.listen_fd >= 0) ::listen(s.listen_fd, SOMAXCONN);
   return s.port;
 }
 
@@ -116,6 +121,11 @@ void HttpServer::routes() {
   s.http.set_payload_max_length(s.options.max_body_bytes);
   s.http.set_keep_alive_timeout(2);
   s.http.set_tcp_nodelay(true);
+  s.http.set_socket_options([&s](socket_t sock) {  // httplib's default (SO_REUSEADDR), and the fd kept
+    const int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    s.listen_fd = sock;
+  });
   s.http.set_logger([&s](const httplib::Request&, const httplib::Response& res) { s.metrics.count_status(res.status); });
   s.http.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
     if (s.options.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
