@@ -63,15 +63,18 @@ def plot(rows, out):
     for r in rows:
         lines[(r["mode"], r["prompts"])].append(r)
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    for (mode, prompts), points in sorted(lines.items()):
+    for i, ((mode, prompts), points) in enumerate(sorted(lines.items())):
         points.sort(key=lambda r: r["concurrency"])
         xs = [r["concurrency"] for r in points]
-        label = f"{mode}, {prompts} prompt"
-        left.plot(xs, [r["throughput_tok_s"] for r in points], "-o", label=label)
-        right.plot(xs, [r["ttft"]["p50_ms"] for r in points], "-o", label=label + " p50")
-        right.plot(xs, [r["ttft"]["p99_ms"] for r in points], ":", label=label + " p99")
+        label, color = f"{mode}, {prompts} prompt", f"C{i}"  # one color per line pair
+        left.plot(xs, [r["throughput_tok_s"] for r in points], "-o", color=color, label=label)
+        right.plot(xs, [r["ttft"]["p50_ms"] for r in points], "-o", color=color, label=label + " p50")
+        right.plot(xs, [r["ttft"]["p99_ms"] for r in points], ":", color=color, label=label + " p99")
+    clients = sorted({r["concurrency"] for r in rows})
     for ax, title in ((left, "output tokens/s"), (right, "time to first token (ms)")):
         ax.set_xscale("log", base=2)
+        ax.set_xticks(clients, [str(c) for c in clients])
+        ax.minorticks_off()
         ax.set_xlabel("concurrent clients")
         ax.set_title(title)
         ax.grid(alpha=0.3)
