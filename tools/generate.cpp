@@ -32,10 +32,6 @@ namespace {
 // A prompt file this large is no prompt (a million-token context is about 4 MB of text).
 constexpr std::uint64_t kMaxPromptFileBytes = std::uint64_t{64} << 20;
 
-bool has_tokenizer(const std::filesystem::path& dir) {
-  return std::filesystem::exists(dir / "tokenizer.json") || std::filesystem::exists(dir / "tokenizer.model");
-}
-
 // Standard input, at most max_bytes of it.
 std::string read_stdin(std::uint64_t max_bytes, const char* flag) {
   std::string text;
@@ -70,8 +66,7 @@ engine::GenerationRequest request_defaults(const GenerateOptions& o, const Model
   defaults.stop_strings = o.stop;
   defaults.stop_token_ids = o.stop_ids;
   if (o.ignore_eos || o.model_dir.empty()) return defaults;
-  const std::vector<TokenId> eos = tokenizer ? tokenizer->special_tokens().eos_ids
-                                             : config_special_tokens(o.model_dir, config.vocab_size).eos_ids;
+  const std::vector<TokenId> eos = model_eos_ids(o.model_dir, tokenizer, config.vocab_size);
   defaults.stop_token_ids.insert(defaults.stop_token_ids.end(), eos.begin(), eos.end());
   return defaults;
 }
@@ -161,11 +156,8 @@ GenerateSummary run_generate(const GenerateOptions& o, std::FILE* out, std::FILE
   const ModelConfig config = o.model_dir.empty() ? load_preset(o.random_preset) : load_model_config(o.model_dir);
   check_against_model(o, config);
 
-  std::unique_ptr<Tokenizer> tokenizer;
-  if (!o.model_dir.empty() && has_tokenizer(o.model_dir)) {
-    tokenizer = load_tokenizer(o.model_dir);
-    check_tokenizer_fits_model(*tokenizer, config.vocab_size, o.model_dir);
-  }
+  const std::unique_ptr<Tokenizer> tokenizer =
+      o.model_dir.empty() ? nullptr : load_model_tokenizer(o.model_dir, config.vocab_size);
   const std::vector<ParsedRequest> requests = build_requests(o, request_defaults(o, config, tokenizer.get()),
                                                              tokenizer.get(), log);
 

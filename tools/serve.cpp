@@ -36,10 +36,6 @@ struct ServeOptions : ModelFlags {
   std::int64_t max_body_bytes = std::int64_t{16} << 20;
 };
 
-bool has_tokenizer(const std::filesystem::path& dir) {
-  return std::filesystem::exists(dir / "tokenizer.json") || std::filesystem::exists(dir / "tokenizer.model");
-}
-
 void run_serve(const ServeOptions& o) {
   check_model_flags(o);
   if (!o.chat_template.empty() && !std::filesystem::is_regular_file(o.chat_template))
@@ -50,12 +46,9 @@ void run_serve(const ServeOptions& o) {
   const ModelConfig config = o.model_dir.empty() ? load_preset(o.random_preset) : load_model_config(o.model_dir);
   std::unique_ptr<Tokenizer> tokenizer;
   std::vector<std::int32_t> eos;
-  if (!o.model_dir.empty() && has_tokenizer(o.model_dir)) {
-    tokenizer = load_tokenizer(o.model_dir);
-    check_tokenizer_fits_model(*tokenizer, config.vocab_size, o.model_dir);
-    eos = tokenizer->special_tokens().eos_ids;
-  } else if (!o.model_dir.empty()) {
-    eos = config_special_tokens(o.model_dir, config.vocab_size).eos_ids;
+  if (!o.model_dir.empty()) {
+    tokenizer = load_model_tokenizer(o.model_dir, config.vocab_size);
+    eos = model_eos_ids(o.model_dir, tokenizer.get(), config.vocab_size);
   }
   // The model's template (or --chat-template); a model without one serves completions only.
   std::optional<chat::ChatTemplateSource> chat_template;

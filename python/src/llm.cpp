@@ -76,14 +76,8 @@ class PyEngine {
     if (!c.model.empty()) {
       HG_CHECK(std::filesystem::is_directory(c.model), "LLM: model '", c.model, "' is not a directory");
       config_ = load_model_config(c.model);
-      if (std::filesystem::exists(std::filesystem::path(c.model) / "tokenizer.json") ||
-          std::filesystem::exists(std::filesystem::path(c.model) / "tokenizer.model")) {
-        tokenizer_ = load_tokenizer(c.model);
-        check_tokenizer_fits_model(*tokenizer_, config_.vocab_size, c.model);
-        eos_ = tokenizer_->special_tokens().eos_ids;
-      } else {
-        eos_ = config_special_tokens(c.model, config_.vocab_size).eos_ids;
-      }
+      tokenizer_ = load_model_tokenizer(c.model, config_.vocab_size);
+      eos_ = model_eos_ids(c.model, tokenizer_.get(), config_.vocab_size);
     } else {
       config_ = load_preset(c.random_weights);
     }

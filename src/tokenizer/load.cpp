@@ -82,6 +82,17 @@ void check_tokenizer_fits_model(const Tokenizer& tokenizer, std::int64_t model_v
            " (the tokenizer and the model do not belong together)");
 }
 
+std::unique_ptr<Tokenizer> load_model_tokenizer(const fs::path& model_dir, std::int64_t model_vocab_size) {
+  if (!fs::exists(model_dir / "tokenizer.json") && !fs::exists(model_dir / "tokenizer.model")) return nullptr;
+  std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(model_dir);
+  check_tokenizer_fits_model(*tokenizer, model_vocab_size, model_dir);
+  return tokenizer;
+}
+
+std::vector<TokenId> model_eos_ids(const fs::path& model_dir, const Tokenizer* tokenizer, std::int64_t model_vocab_size) {
+  return tokenizer ? tokenizer->special_tokens().eos_ids : config_special_tokens(model_dir, model_vocab_size).eos_ids;
+}
+
 std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& model_dir) {
   HG_CHECK(fs::is_directory(model_dir), "load_tokenizer: ", model_dir.string(), " is not a directory");
   const fs::path tc_file = model_dir / "tokenizer_config.json";

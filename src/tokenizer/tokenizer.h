@@ -62,6 +62,12 @@ SpecialTokens config_special_tokens(const std::filesystem::path& model_dir, std:
 // vocabulary is an Error naming both (fewer is fine: the model's extra rows decode to nothing).
 void check_tokenizer_fits_model(const Tokenizer& tokenizer, std::int64_t model_vocab_size,
                                 const std::filesystem::path& model_dir);
+// A model folder's tokenizer, checked to fit the model (check_tokenizer_fits_model), or null
+// when the folder has neither tokenizer.json nor tokenizer.model.
+std::unique_ptr<Tokenizer> load_model_tokenizer(const std::filesystem::path& model_dir, std::int64_t model_vocab_size);
+// What generation stops at: the tokenizer's EOS ids, or without one config_special_tokens'.
+std::vector<TokenId> model_eos_ids(const std::filesystem::path& model_dir, const Tokenizer* tokenizer,
+                                   std::int64_t model_vocab_size);
 // One file, no config files read.
 std::unique_ptr<Tokenizer> load_tokenizer_json(const std::filesystem::path& tokenizer_json);
 // The same from the file's text; `source` names it in errors.
